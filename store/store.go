@@ -1,0 +1,141 @@
+// Package store defines where address claims live: the Store contract that the
+// allocator in package ipam calls, the Claim record it stores, and the sentinel
+// errors every implementation returns.
+//
+// A claim is one record per allocated address, keyed by (pool, address). Every
+// write is conditional: Create succeeds only if the key is absent, Update and
+// Delete only if the caller names the revision the record has now. There is no
+// read-compare-then-write-unconditionally anywhere in the contract, because that
+// is the lost update that hands one address to two pods.
+//
+// Implementations import this package only, never package ipam, so a backend can
+// be written, tested and versioned without the allocator. Every implementation
+// should pass the conformance suite in package storetest.
+//
+// Optional capabilities are separate interfaces found by type assertion, as in
+// io/fs: Cursors (a per-pool "last reserved address" hint).
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Sentinel errors. Implementations return them (possibly wrapped) so that callers
+// can branch with errors.Is.
+var (
+	// ErrExists is returned by Create when the address is already claimed.
+	ErrExists = errors.New("address already claimed")
+	// ErrConflict is returned by Update and Delete when the record's revision is
+	// not the one the caller named: someone else changed it first.
+	ErrConflict = errors.New("revision conflict")
+	// ErrNotFound is returned by Get, Update and Delete when no claim exists for
+	// the address.
+	ErrNotFound = errors.New("claim not found")
+)
+
+// Owner says who holds a claim. An owner is identified by its pod UID when set,
+// otherwise by its container ID (host-local's identity); Interface narrows the
+// identity to one interface of that pod or container. The zero Owner owns nothing.
+type Owner struct {
+	Namespace   string `json:"namespace,omitempty"`
+	Name        string `json:"name,omitempty"`
+	UID         string `json:"uid,omitempty"`
+	ContainerID string `json:"containerID,omitempty"`
+	Interface   string `json:"interface,omitempty"`
+}
+
+// IsZero reports whether o identifies nobody (neither a UID nor a container ID).
+func (o Owner) IsZero() bool { return o.UID == "" && o.ContainerID == "" }
+
+// String returns a short human form, such as "default/web-0 (uid 1234) eth0" or
+// "container abc eth0".
+func (o Owner) String() string {
+	var s string
+	switch {
+	case o.Name != "" && o.UID != "":
+		s = fmt.Sprintf("%s/%s (uid %s)", o.Namespace, o.Name, o.UID)
+	case o.Name != "":
+		s = o.Namespace + "/" + o.Name
+	case o.UID != "":
+		s = "uid " + o.UID
+	case o.ContainerID != "":
+		s = "container " + o.ContainerID
+	default:
+		s = "nobody"
+	}
+	if o.Interface != "" {
+		s += " " + o.Interface
+	}
+	return s
+}
+
+// Claim is one allocated address. The zero Claim is not a valid claim.
+// A Claim is a plain value and safe to copy.
+type Claim struct {
+	Pool  string     `json:"pool"`
+	IP    netip.Addr `json:"ip"`
+	Owner Owner      `json:"owner"`
+	// Time is when the address was claimed (or the claim last re-pointed).
+	Time time.Time `json:"time,omitzero"`
+	// Revision is assigned by the Store on every successful write and names the
+	// version of the record for Update and Delete. Callers leave it zero on Create.
+	Revision int64 `json:"revision,omitempty"`
+}
+
+// Key returns the claim's key, "pool/ip".
+func (c Claim) Key() string { return c.Pool + "/" + c.IP.String() }
+
+// Store holds claims. Implementations must be safe for concurrent use by multiple
+// goroutines, and every method must honour ctx: a call that cannot complete before
+// ctx is done returns ctx.Err() (wrapped) and leaves the record unchanged.
+type Store interface {
+	// Get returns the claim for ip in pool, or ErrNotFound.
+	Get(ctx context.Context, pool string, ip netip.Addr) (Claim, error)
+	// List returns every claim of pool, in no particular order. The slice is the
+	// caller's to keep and modify. An unknown pool has no claims.
+	List(ctx context.Context, pool string) ([]Claim, error)
+	// Create stores c if no claim exists for (c.Pool, c.IP), atomically, and
+	// returns it with its new Revision. It returns ErrExists if the address is
+	// already claimed, whoever holds it.
+	Create(ctx context.Context, c Claim) (Claim, error)
+	// Update replaces the claim for (c.Pool, c.IP) with c if its current revision
+	// is rev, and returns it with its new Revision. It returns ErrNotFound if
+	// there is no claim and ErrConflict if the revision differs.
+	Update(ctx context.Context, c Claim, rev int64) (Claim, error)
+	// Delete removes the claim for ip in pool if its current revision is rev. It
+	// returns ErrNotFound if there is no claim and ErrConflict if the revision
+	// differs.
+	Delete(ctx context.Context, pool string, ip netip.Addr, rev int64) error
+}
+
+// Cursors is an optional Store capability: a per-pool "last reserved address"
+// hint, host-local's last_reserved_ip. It is a hint only, never a lock: a lost or
+// stale cursor changes which free address is tried first, never whether an
+// address can be handed out twice.
+type Cursors interface {
+	// Cursor returns the last address recorded for pool, or the zero Addr if
+	// there is none.
+	Cursor(ctx context.Context, pool string) (netip.Addr, error)
+	// SetCursor records ip as the last address reserved in pool.
+	SetCursor(ctx context.Context, pool string, ip netip.Addr) error
+}
+
+// Validate reports whether c is fit to be stored: a pool name, a valid address
+// and an owner.
+func (c Claim) Validate() error {
+	var errs []error
+	if c.Pool == "" {
+		errs = append(errs, errors.New("claim: pool is empty"))
+	}
+	if !c.IP.IsValid() {
+		errs = append(errs, errors.New("claim: ip is not a valid address"))
+	}
+	if c.Owner.IsZero() {
+		errs = append(errs, fmt.Errorf("claim %s: owner has neither uid nor container id", c.IP))
+	}
+	return errors.Join(errs...)
+}
