@@ -1,0 +1,95 @@
+// Package storetest is a conformance suite for implementations of store.Store, in
+// the manner of testing/fstest.TestFS: any Store, ours or a user's, runs it from
+// its own tests and passes it before the allocator relies on it.
+//
+// # Usage
+//
+// An implementation provides a function that makes a fresh, empty backend and
+// returns an Opener for it; each call of the Opener opens another, separate Store
+// instance on that backend, as a second process or client would:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) storetest.Opener {
+//			s := memstore.New()
+//			return func() store.Store { return s.Open() }
+//		})
+//	}
+//
+// A store backed by a server (etcd, Kubernetes, a database) would connect in
+// newBackend, give each backend its own empty key prefix or namespace, register
+// its teardown with t.Cleanup, and return an Opener that makes a new client.
+//
+// # What an implementation must provide
+//
+//   - newBackend is called once per check, from the check's own subtest, and must
+//     return an Opener for a backend that holds no claims and no cursors.
+//   - Every Store the Opener returns must see the writes made through every other
+//     Store it returned: they are clients of one backend, and the suite races them
+//     against each other. Returning the same instance each time passes, but tests
+//     less than separate instances do.
+//   - Stores must be safe for concurrent use by multiple goroutines.
+//
+// # What the suite checks
+//
+// Each check is a subtest of Run, named as below, on a fresh backend:
+//
+//   - CreateGet: Create returns the claim with a positive Revision and otherwise
+//     as given; Get returns the same claim (pool, IP, every Owner field, Time and
+//     Revision), for IPv4 and IPv6; Get of an absent address, or in an unknown
+//     pool, fails with store.ErrNotFound; List of an unknown pool is empty.
+//   - CreateExists: a second Create of a claimed address fails with
+//     store.ErrExists, whoever asks, and leaves the first claim unchanged.
+//   - PoolsIndependent: the same address in two pools (named so that one is a
+//     prefix of the other) is two independent claims.
+//   - Update: Update at the current revision succeeds and changes the revision;
+//     at a stale revision it fails with store.ErrConflict and leaves the claim
+//     unchanged; of an absent address it fails with store.ErrNotFound and does
+//     not create one.
+//   - Delete: Delete at a wrong revision fails with store.ErrConflict and keeps
+//     the claim; at the right revision it removes it; again, it fails with
+//     store.ErrNotFound. The address can then be created again, and the new claim
+//     has a revision different from the deleted one's, so that a Delete or Update
+//     at the old revision fails with store.ErrConflict instead of touching the
+//     new holder's claim. (Revisions must never be reused for a key; a
+//     backend-wide counter, like etcd's, satisfies this.)
+//   - List: List returns exactly the claims of its pool, IPv4 and IPv6 mixed,
+//     with their revisions, and not those of a pool whose name it prefixes; the
+//     slice is the caller's: changing it does not change the store.
+//   - Reopen: claims written through one instance are seen through a newly opened
+//     one, by List and Get, and a Delete through the new one is seen by the old.
+//   - CreateRace: 8 goroutines Create the same 64 addresses with different
+//     owners; for each address exactly one Create succeeds and all others fail
+//     with store.ErrExists, and List agrees with the winners.
+//   - CreateRaceInstances: the same race, the goroutines split between two Store
+//     instances from one Opener.
+//   - UpdateRace: goroutines on two instances read a claim and Update it at the
+//     revision they read; exactly one succeeds, all others fail with
+//     store.ErrConflict, and the stored claim is the winner's.
+//   - UpdateDeleteRace: the same with half of the goroutines deleting instead;
+//     exactly one write succeeds, the others fail with store.ErrConflict or (after
+//     a winning Delete) store.ErrNotFound.
+//   - CanceledContext: with an already canceled context, Create, Update and
+//     Delete must fail (with any error) and must not change what is stored, as
+//     checked afterwards with a live context. This is required: the store.Store
+//     contract says a call that cannot complete before its context is done leaves
+//     the record unchanged. The suite does not require the error to wrap
+//     context.Canceled, so that a client library that reports cancellation in its
+//     own way still passes; implementations should wrap ctx.Err() all the same.
+//   - InvalidClaim: Create and Update reject a claim without a pool, with an
+//     invalid IP, or without an owner, with an error and without panicking or
+//     storing it; Get and Delete of the invalid (zero) address fail without
+//     panicking.
+//   - Cursors: only if the Store implements store.Cursors (else the subtest is
+//     skipped): an unset cursor is the zero Addr; a set cursor is returned, per
+//     pool, and seen through a newly opened instance.
+//
+// Times are compared with a tolerance of one second, so that a store which keeps
+// claim times only to the second passes; the claims use a fixed time in 2024 with
+// a fractional second, so a store that substitutes its own clock still fails. The
+// time's location need not survive, only the instant. Revisions are compared
+// exactly and need only be positive and change on every write to a key; the suite
+// does not require them to increase or to be ordered across keys.
+//
+// The suite takes well under a second for memstore, including under the race
+// detector.
+package storetest

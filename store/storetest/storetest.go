@@ -1,0 +1,702 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/ipamkit/ipam/store"
+)
+
+// Opener opens a new, separate Store instance on one shared backend; calling it
+// again reopens the backend, as another process or client would. Every instance
+// it returns sees the writes made through the others.
+type Opener func() store.Store
+
+// Run runs every check of the suite against the Store implementation that
+// newBackend provides, each as a subtest of t (see the package documentation for
+// the list). newBackend is called once per subtest, with the subtest's t, and must
+// return an Opener for a fresh, empty backend.
+func Run(t *testing.T, newBackend func(t *testing.T) Opener) {
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			open := newBackend(t)
+			if open == nil {
+				t.Fatal("newBackend returned a nil Opener")
+			}
+			c.run(t, open)
+		})
+	}
+}
+
+// checks is the suite, in the order Run runs it.
+var checks = []struct {
+	name string
+	run  func(t *testing.T, open Opener)
+}{
+	{"CreateGet", testCreateGet},
+	{"CreateExists", testCreateExists},
+	{"PoolsIndependent", testPoolsIndependent},
+	{"Update", testUpdate},
+	{"Delete", testDelete},
+	{"List", testList},
+	{"Reopen", testReopen},
+	{"CreateRace", testCreateRace},
+	{"CreateRaceInstances", testCreateRaceInstances},
+	{"UpdateRace", testUpdateRace},
+	{"UpdateDeleteRace", testUpdateDeleteRace},
+	{"CanceledContext", testCanceledContext},
+	{"InvalidClaim", testInvalidClaim},
+	{"Cursors", testCursors},
+}
+
+// claimTime is the time of the suite's claims: fixed, far from now (so a store
+// that stamps its own clock fails), with a fractional second, in a zone other
+// than UTC (so the comparison is by instant, not by representation).
+var claimTime = time.Date(2024, time.May, 1, 12, 34, 56, 789_000_000, time.FixedZone("test", 2*60*60))
+
+// timeTolerance is how far a stored claim's Time may be from the one written: a
+// store may keep times only to the second.
+const timeTolerance = time.Second
+
+// cmpClaim compares claims field by field: addresses by value, times as instants
+// within timeTolerance.
+var cmpClaim = cmp.Options{
+	cmp.Comparer(func(a, b netip.Addr) bool { return a == b }),
+	cmp.Comparer(func(a, b time.Time) bool {
+		d := a.Sub(b)
+		return -timeTolerance < d && d < timeTolerance
+	}),
+}
+
+// ignoreRevision compares claims without their revisions.
+var ignoreRevision = cmpopts.IgnoreFields(store.Claim{}, "Revision")
+
+// sortClaims orders claim slices so that List results, which come in no
+// particular order, can be compared.
+var sortClaims = cmpopts.SortSlices(func(a, b store.Claim) bool {
+	if a.Pool != b.Pool {
+		return a.Pool < b.Pool
+	}
+	return a.IP.Less(b.IP)
+})
+
+// owner returns a fully populated owner whose every field carries id, so a store
+// that drops any field fails the comparison.
+func owner(id string) store.Owner {
+	return store.Owner{
+		Namespace:   "ns-" + id,
+		Name:        "pod-" + id,
+		UID:         "uid-" + id,
+		ContainerID: "ctr-" + id,
+		Interface:   "eth-" + id,
+	}
+}
+
+// claim returns a valid claim of ip in pool, held by owner(id).
+func claim(pool, ip, id string) store.Claim {
+	return store.Claim{Pool: pool, IP: netip.MustParseAddr(ip), Owner: owner(id), Time: claimTime}
+}
+
+// mustCreate creates c and checks that the returned claim is c with a positive
+// revision.
+func mustCreate(t *testing.T, s store.Store, c store.Claim) store.Claim {
+	t.Helper()
+	got, err := s.Create(t.Context(), c)
+	if err != nil {
+		t.Fatalf("Create(%s): %v", c.Key(), err)
+	}
+	if diff := cmp.Diff(c, got, cmpClaim, ignoreRevision); diff != "" {
+		t.Fatalf("Create(%s) returned a different claim (-want +got):\n%s", c.Key(), diff)
+	}
+	if got.Revision <= 0 {
+		t.Fatalf("Create(%s) returned revision %d, want > 0", c.Key(), got.Revision)
+	}
+	return got
+}
+
+// wantClaim checks that Get returns exactly want, revision included.
+func wantClaim(t *testing.T, s store.Store, want store.Claim) {
+	t.Helper()
+	got, err := s.Get(t.Context(), want.Pool, want.IP)
+	if err != nil {
+		t.Fatalf("Get(%s): %v, want the claim of %s at revision %d", want.Key(), err, want.Owner, want.Revision)
+	}
+	if diff := cmp.Diff(want, got, cmpClaim); diff != "" {
+		t.Fatalf("Get(%s) (-want +got):\n%s", want.Key(), diff)
+	}
+}
+
+// wantNotFound checks that Get of ip in pool fails with store.ErrNotFound.
+func wantNotFound(t *testing.T, s store.Store, pool string, ip netip.Addr) {
+	t.Helper()
+	got, err := s.Get(t.Context(), pool, ip)
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get(%s/%s) = %+v, %v; want an error wrapping store.ErrNotFound", pool, ip, got, err)
+	}
+}
+
+// wantList checks that List of pool returns exactly want, in any order.
+func wantList(t *testing.T, s store.Store, pool string, want []store.Claim) {
+	t.Helper()
+	got, err := s.List(t.Context(), pool)
+	if err != nil {
+		t.Fatalf("List(%s): %v", pool, err)
+	}
+	if diff := cmp.Diff(want, got, cmpClaim, sortClaims, cmpopts.EquateEmpty()); diff != "" {
+		t.Fatalf("List(%s) (-want +got):\n%s", pool, diff)
+	}
+}
+
+// wantErr checks that err wraps target.
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: got error %v, want one wrapping %q", what, err, target)
+	}
+}
+
+func testCreateGet(t *testing.T, open Opener) {
+	s := open()
+	v4 := mustCreate(t, s, claim("blue", "10.0.0.1", "a"))
+	v6 := mustCreate(t, s, claim("blue", "2001:db8::1", "b"))
+	wantClaim(t, s, v4)
+	wantClaim(t, s, v6)
+
+	// Claims held only by a pod, or only by a container, round-trip with their
+	// empty fields.
+	podOnly := mustCreate(t, s, store.Claim{Pool: "blue", IP: netip.MustParseAddr("10.0.0.2"),
+		Owner: store.Owner{Namespace: "default", Name: "web-0", UID: "1234"}, Time: claimTime})
+	wantClaim(t, s, podOnly)
+	ctrOnly := mustCreate(t, s, store.Claim{Pool: "blue", IP: netip.MustParseAddr("10.0.0.3"),
+		Owner: store.Owner{ContainerID: "abc", Interface: "eth0"}, Time: claimTime})
+	wantClaim(t, s, ctrOnly)
+
+	wantNotFound(t, s, "blue", netip.MustParseAddr("10.0.0.9"))
+	wantNotFound(t, s, "blue", netip.MustParseAddr("2001:db8::9"))
+	wantNotFound(t, s, "green", netip.MustParseAddr("10.0.0.1"))
+	wantList(t, s, "green", nil)
+}
+
+func testCreateExists(t *testing.T, open Opener) {
+	s := open()
+	first := mustCreate(t, s, claim("blue", "10.0.0.1", "a"))
+	for _, id := range []string{"b", "a"} { // another owner, and the holder itself
+		c := claim("blue", "10.0.0.1", id)
+		c.Time = claimTime.Add(time.Hour)
+		got, err := s.Create(t.Context(), c)
+		wantErr(t, fmt.Sprintf("second Create(%s) by %s returned %+v", c.Key(), c.Owner, got), err, store.ErrExists)
+		wantClaim(t, s, first)
+	}
+	wantList(t, s, "blue", []store.Claim{first})
+}
+
+func testPoolsIndependent(t *testing.T, open Opener) {
+	s := open()
+	// "blue" is a prefix of "blue-2": a store that lists or deletes by key prefix
+	// without a separator mixes them up.
+	a := mustCreate(t, s, claim("blue", "10.0.0.1", "a"))
+	b := mustCreate(t, s, claim("blue-2", "10.0.0.1", "b"))
+	wantClaim(t, s, a)
+	wantClaim(t, s, b)
+	wantList(t, s, "blue", []store.Claim{a})
+	wantList(t, s, "blue-2", []store.Claim{b})
+
+	u := b
+	u.Owner = owner("c")
+	u, err := s.Update(t.Context(), u, b.Revision)
+	if err != nil {
+		t.Fatalf("Update(%s): %v", b.Key(), err)
+	}
+	wantClaim(t, s, a)
+	if err := s.Delete(t.Context(), a.Pool, a.IP, a.Revision); err != nil {
+		t.Fatalf("Delete(%s): %v", a.Key(), err)
+	}
+	wantNotFound(t, s, a.Pool, a.IP)
+	wantClaim(t, s, u)
+	wantList(t, s, "blue", nil)
+	wantList(t, s, "blue-2", []store.Claim{u})
+}
+
+func testUpdate(t *testing.T, open Opener) {
+	s := open()
+	orig := mustCreate(t, s, claim("blue", "2001:db8::1", "a"))
+
+	// Re-point the claim, as the allocator does, starting from what it read.
+	next := orig
+	next.Owner = owner("b")
+	next.Time = claimTime.Add(time.Hour)
+	got, err := s.Update(t.Context(), next, orig.Revision)
+	if err != nil {
+		t.Fatalf("Update(%s) at current revision %d: %v", orig.Key(), orig.Revision, err)
+	}
+	if diff := cmp.Diff(next, got, cmpClaim, ignoreRevision); diff != "" {
+		t.Fatalf("Update(%s) returned (-want +got):\n%s", orig.Key(), diff)
+	}
+	if got.Revision <= 0 || got.Revision == orig.Revision {
+		t.Fatalf("Update(%s) returned revision %d; want a positive revision other than the old %d",
+			orig.Key(), got.Revision, orig.Revision)
+	}
+	wantClaim(t, s, got)
+
+	stale := orig
+	stale.Owner = owner("c")
+	_, err = s.Update(t.Context(), stale, orig.Revision)
+	wantErr(t, fmt.Sprintf("Update(%s) at stale revision %d (current %d)", orig.Key(), orig.Revision, got.Revision),
+		err, store.ErrConflict)
+	wantClaim(t, s, got)
+
+	// The current revision still works after a failed attempt.
+	again := got
+	again.Owner = owner("d")
+	again, err = s.Update(t.Context(), again, got.Revision)
+	if err != nil {
+		t.Fatalf("Update(%s) at current revision %d after a conflict: %v", got.Key(), got.Revision, err)
+	}
+	wantClaim(t, s, again)
+
+	absent := claim("blue", "2001:db8::2", "a")
+	_, err = s.Update(t.Context(), absent, again.Revision)
+	wantErr(t, "Update of an absent claim", err, store.ErrNotFound)
+	wantNotFound(t, s, absent.Pool, absent.IP)
+	_, err = s.Update(t.Context(), claim("green", "2001:db8::1", "a"), again.Revision)
+	wantErr(t, "Update in an unknown pool", err, store.ErrNotFound)
+	wantNotFound(t, s, "green", orig.IP)
+	wantList(t, s, "blue", []store.Claim{again})
+}
+
+func testDelete(t *testing.T, open Opener) {
+	s := open()
+	c := mustCreate(t, s, claim("blue", "10.0.0.1", "a"))
+	other := mustCreate(t, s, claim("blue", "10.0.0.2", "b"))
+
+	for _, rev := range []int64{c.Revision + 1, c.Revision - 1, 0, other.Revision} {
+		if rev == c.Revision {
+			continue
+		}
+		err := s.Delete(t.Context(), c.Pool, c.IP, rev)
+		wantErr(t, fmt.Sprintf("Delete(%s) at wrong revision %d (current %d)", c.Key(), rev, c.Revision),
+			err, store.ErrConflict)
+		wantClaim(t, s, c)
+	}
+
+	if err := s.Delete(t.Context(), c.Pool, c.IP, c.Revision); err != nil {
+		t.Fatalf("Delete(%s) at current revision %d: %v", c.Key(), c.Revision, err)
+	}
+	wantNotFound(t, s, c.Pool, c.IP)
+	wantList(t, s, "blue", []store.Claim{other})
+	wantClaim(t, s, other)
+
+	err := s.Delete(t.Context(), c.Pool, c.IP, c.Revision)
+	wantErr(t, fmt.Sprintf("second Delete(%s)", c.Key()), err, store.ErrNotFound)
+	err = s.Delete(t.Context(), "green", c.IP, c.Revision)
+	wantErr(t, "Delete in an unknown pool", err, store.ErrNotFound)
+
+	// The address is free again. Its new claim must not answer to the old
+	// revision, or the old holder's late release would free the new holder's
+	// address.
+	re := mustCreate(t, s, claim("blue", "10.0.0.1", "c"))
+	wantClaim(t, s, re)
+	if re.Revision == c.Revision {
+		t.Fatalf("Create(%s) after Delete reused the deleted claim's revision %d", re.Key(), re.Revision)
+	}
+	err = s.Delete(t.Context(), c.Pool, c.IP, c.Revision)
+	wantErr(t, fmt.Sprintf("Delete(%s) of a re-created claim at the deleted claim's revision", c.Key()),
+		err, store.ErrConflict)
+	_, err = s.Update(t.Context(), c, c.Revision)
+	wantErr(t, fmt.Sprintf("Update(%s) of a re-created claim at the deleted claim's revision", c.Key()),
+		err, store.ErrConflict)
+	wantClaim(t, s, re)
+}
+
+func testList(t *testing.T, open Opener) {
+	s := open()
+	var want []store.Claim
+	for i, ip := range []string{"10.0.0.1", "2001:db8::1", "10.0.0.2", "2001:db8::ff", "10.0.1.255", "fe80::1"} {
+		want = append(want, mustCreate(t, s, claim("blue", ip, fmt.Sprint(i))))
+	}
+	// Claims of other pools, one of them named with "blue" as a prefix.
+	mustCreate(t, s, claim("blue-2", "10.0.0.3", "x"))
+	mustCreate(t, s, claim("green", "10.0.0.1", "y"))
+	wantList(t, s, "blue", want)
+
+	got, err := s.List(t.Context(), "blue")
+	if err != nil {
+		t.Fatalf("List(blue): %v", err)
+	}
+	if len(got) == 0 {
+		t.Fatal("List(blue) is empty")
+	}
+	for i := range got {
+		got[i].Owner.UID = "changed"
+		got[i].Time = time.Time{}
+		got[i].IP = netip.MustParseAddr("192.0.2.1")
+	}
+	got[0] = claim("blue", "192.0.2.2", "z")
+	wantList(t, s, "blue", want)
+	for _, c := range want {
+		wantClaim(t, s, c)
+	}
+
+	// Deleting one removes exactly that one.
+	if err := s.Delete(t.Context(), want[1].Pool, want[1].IP, want[1].Revision); err != nil {
+		t.Fatalf("Delete(%s): %v", want[1].Key(), err)
+	}
+	wantList(t, s, "blue", append(want[:1:1], want[2:]...))
+}
+
+func testReopen(t *testing.T, open Opener) {
+	s1 := open()
+	var want []store.Claim
+	for i, ip := range []string{"10.0.0.1", "10.0.0.2", "2001:db8::1"} {
+		want = append(want, mustCreate(t, s1, claim("blue", ip, fmt.Sprint(i))))
+	}
+	s2 := open()
+	wantList(t, s2, "blue", want)
+	for _, c := range want {
+		wantClaim(t, s2, c)
+	}
+
+	// Writes through the new instance are seen by the old one.
+	if err := s2.Delete(t.Context(), want[0].Pool, want[0].IP, want[0].Revision); err != nil {
+		t.Fatalf("Delete(%s) through a reopened instance: %v", want[0].Key(), err)
+	}
+	wantNotFound(t, s1, want[0].Pool, want[0].IP)
+	c := mustCreate(t, s2, claim("blue", "10.0.0.3", "x"))
+	wantClaim(t, s1, c)
+	wantList(t, s1, "blue", append(want[1:], c))
+	wantList(t, open(), "blue", append(want[1:], c))
+}
+
+const (
+	raceGoroutines = 8
+	raceAddrs      = 64
+)
+
+func testCreateRace(t *testing.T, open Opener) {
+	s := open()
+	raceCreate(t, []store.Store{s}, s)
+}
+
+func testCreateRaceInstances(t *testing.T, open Opener) {
+	raceCreate(t, []store.Store{open(), open()}, open())
+}
+
+// raceCreate has raceGoroutines goroutines, spread over stores, Create the same
+// raceAddrs addresses, each as a different owner, and checks that every address
+// has exactly one winner, that every loser got store.ErrExists, and that List
+// through check agrees with the winners.
+func raceCreate(t *testing.T, stores []store.Store, check store.Store) {
+	ips := make([]netip.Addr, raceAddrs)
+	for i := range ips {
+		if i%2 == 0 {
+			ips[i] = netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})
+		} else {
+			ips[i] = netip.AddrFrom16([16]byte{0: 0x20, 1: 0x01, 2: 0x0d, 3: 0xb8, 15: byte(i)})
+		}
+	}
+	type result struct {
+		claim store.Claim
+		err   error
+	}
+	results := make([][]result, raceGoroutines) // [goroutine][address]
+	ctx := t.Context()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range raceGoroutines {
+		results[g] = make([]result, len(ips))
+		s := stores[g%len(stores)]
+		wg.Go(func() {
+			<-start
+			// Each goroutine starts at a different address, so that they
+			// collide both head-on and in passing.
+			for k := range ips {
+				i := (k + g*len(ips)/raceGoroutines) % len(ips)
+				c := store.Claim{Pool: "blue", IP: ips[i], Owner: owner(fmt.Sprint(g)), Time: claimTime}
+				got, err := s.Create(ctx, c)
+				results[g][i] = result{got, err}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	var winners []store.Claim
+	for i, ip := range ips {
+		var won []int
+		for g := range raceGoroutines {
+			r := results[g][i]
+			switch {
+			case r.err == nil:
+				won = append(won, g)
+			case !errors.Is(r.err, store.ErrExists):
+				t.Errorf("goroutine %d: Create(blue/%s): %v, want success or store.ErrExists", g, ip, r.err)
+			}
+		}
+		if len(won) != 1 {
+			t.Errorf("Create(blue/%s) succeeded for goroutines %v, want exactly one", ip, won)
+			continue
+		}
+		w := results[won[0]][i].claim
+		want := store.Claim{Pool: "blue", IP: ip, Owner: owner(fmt.Sprint(won[0])), Time: claimTime}
+		if diff := cmp.Diff(want, w, cmpClaim, ignoreRevision); diff != "" {
+			t.Errorf("winning Create(blue/%s) returned (-want +got):\n%s", ip, diff)
+		}
+		if w.Revision <= 0 {
+			t.Errorf("winning Create(blue/%s) returned revision %d, want > 0", ip, w.Revision)
+		}
+		winners = append(winners, w)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	wantList(t, check, "blue", winners)
+}
+
+// raceWriters is the number of goroutines in the Update and Delete races; rounds
+// is how many times each race is run.
+const (
+	raceWriters = 16
+	raceRounds  = 20
+)
+
+func testUpdateRace(t *testing.T, open Opener) {
+	raceWrite(t, open, false)
+}
+
+func testUpdateDeleteRace(t *testing.T, open Opener) {
+	raceWrite(t, open, true)
+}
+
+// raceWrite creates a claim and has raceWriters goroutines, spread over two
+// instances, read it and write it at the revision they read: each an Update to
+// itself, or, with deletes, every other one a Delete. Exactly one write must
+// succeed.
+func raceWrite(t *testing.T, open Opener, deletes bool) {
+	ctx := t.Context()
+	stores := []store.Store{open(), open()}
+	for round := range raceRounds {
+		ip := netip.AddrFrom4([4]byte{10, 0, 1, byte(round)})
+		created := mustCreate(t, stores[0], store.Claim{Pool: "blue", IP: ip, Owner: owner("creator"), Time: claimTime})
+
+		var (
+			ready, wg sync.WaitGroup
+			start     = make(chan struct{})
+			results   = make([]store.Claim, raceWriters)
+			errs      = make([]error, raceWriters)
+		)
+		isDelete := func(g int) bool { return deletes && g%2 == 1 }
+		ready.Add(raceWriters)
+		for g := range raceWriters {
+			s := stores[g%len(stores)]
+			wg.Go(func() {
+				read, err := s.Get(ctx, "blue", ip)
+				ready.Done()
+				if err != nil {
+					errs[g] = fmt.Errorf("get before writing: %w", err)
+					return
+				}
+				<-start // everyone has read the same revision
+				if isDelete(g) {
+					errs[g] = s.Delete(ctx, "blue", ip, read.Revision)
+					return
+				}
+				c := read
+				c.Owner = owner(fmt.Sprint(g))
+				results[g], errs[g] = s.Update(ctx, c, read.Revision)
+			})
+		}
+		ready.Wait()
+		close(start)
+		wg.Wait()
+
+		winner := -1
+		for g, err := range errs {
+			switch {
+			case err == nil:
+				if winner >= 0 {
+					t.Fatalf("round %d: writes of goroutines %d and %d at revision %d both succeeded",
+						round, winner, g, created.Revision)
+				}
+				winner = g
+			case errors.Is(err, store.ErrConflict):
+			case deletes && errors.Is(err, store.ErrNotFound):
+			case deletes:
+				t.Fatalf("round %d: goroutine %d (delete %t): %v; want success, store.ErrConflict or store.ErrNotFound",
+					round, g, isDelete(g), err)
+			default:
+				t.Fatalf("round %d: goroutine %d: %v; want success or store.ErrConflict", round, g, err)
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: no write at revision %d succeeded; want exactly one", round, created.Revision)
+		}
+		for g, err := range errs {
+			if errors.Is(err, store.ErrNotFound) && !isDelete(winner) {
+				t.Fatalf("round %d: goroutine %d got %v, but the claim was updated, never deleted", round, g, err)
+			}
+		}
+		if isDelete(winner) {
+			wantNotFound(t, stores[1], "blue", ip)
+			continue
+		}
+		w := results[winner]
+		if w.Revision == created.Revision || w.Revision <= 0 {
+			t.Fatalf("round %d: winning Update returned revision %d, created at %d", round, w.Revision, created.Revision)
+		}
+		if w.Owner != owner(fmt.Sprint(winner)) {
+			t.Fatalf("round %d: winning Update by goroutine %d returned owner %s", round, winner, w.Owner)
+		}
+		wantClaim(t, stores[0], w)
+		wantClaim(t, stores[1], w)
+	}
+}
+
+func testCanceledContext(t *testing.T, open Opener) {
+	s := open()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+
+	c := claim("blue", "10.0.0.1", "a")
+	if got, err := s.Create(ctx, c); err == nil {
+		t.Errorf("Create(%s) with a canceled context succeeded (%+v), want an error", c.Key(), got)
+	}
+	wantNotFound(t, s, c.Pool, c.IP)
+	wantList(t, s, c.Pool, nil)
+
+	held := mustCreate(t, s, claim("blue", "10.0.0.2", "b"))
+	next := held
+	next.Owner = owner("c")
+	if got, err := s.Update(ctx, next, held.Revision); err == nil {
+		t.Errorf("Update(%s) with a canceled context succeeded (%+v), want an error", held.Key(), got)
+	}
+	wantClaim(t, s, held)
+	if err := s.Delete(ctx, held.Pool, held.IP, held.Revision); err == nil {
+		t.Errorf("Delete(%s) with a canceled context succeeded, want an error", held.Key())
+	}
+	wantClaim(t, s, held)
+	wantList(t, s, "blue", []store.Claim{held})
+}
+
+// noPanic runs f and turns a panic into a test failure naming what.
+func noPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%s panicked: %v", what, r)
+		}
+	}()
+	f()
+}
+
+func testInvalidClaim(t *testing.T, open Opener) {
+	s := open()
+	valid := claim("blue", "10.0.0.1", "a")
+	noPool, noIP, noOwner := valid, valid, valid
+	noPool.Pool = ""
+	noIP.IP = netip.Addr{}
+	noOwner.Owner = store.Owner{Namespace: "default", Name: "web-0", Interface: "eth0"} // neither UID nor container ID
+	invalid := []struct {
+		name string
+		c    store.Claim
+	}{
+		{"without a pool", noPool},
+		{"with an invalid IP", noIP},
+		{"without an owner", noOwner},
+		{"zero", store.Claim{}},
+	}
+	for _, tc := range invalid {
+		noPanic(t, "Create of a claim "+tc.name, func() {
+			if got, err := s.Create(t.Context(), tc.c); err == nil {
+				t.Errorf("Create of a claim %s succeeded (%+v), want an error", tc.name, got)
+			}
+		})
+	}
+	wantNotFound(t, s, noOwner.Pool, noOwner.IP)
+	wantList(t, s, "blue", nil)
+
+	held := mustCreate(t, s, valid)
+	for _, tc := range invalid[:3] {
+		c := tc.c
+		c.Revision = held.Revision
+		noPanic(t, "Update to a claim "+tc.name, func() {
+			if got, err := s.Update(t.Context(), c, held.Revision); err == nil {
+				t.Errorf("Update to a claim %s succeeded (%+v), want an error", tc.name, got)
+			}
+		})
+		wantClaim(t, s, held)
+	}
+
+	noPanic(t, "Get of the zero address", func() {
+		if got, err := s.Get(t.Context(), "blue", netip.Addr{}); err == nil {
+			t.Errorf("Get(blue/zero address) = %+v, want an error", got)
+		}
+	})
+	noPanic(t, "Delete of the zero address", func() {
+		if err := s.Delete(t.Context(), "blue", netip.Addr{}, held.Revision); err == nil {
+			t.Error("Delete(blue/zero address) succeeded, want an error")
+		}
+	})
+	wantList(t, s, "blue", []store.Claim{held})
+}
+
+func testCursors(t *testing.T, open Opener) {
+	s := open()
+	cs, ok := s.(store.Cursors)
+	if !ok {
+		t.Skipf("%T does not implement store.Cursors", s)
+	}
+	wantCursor := func(t *testing.T, cs store.Cursors, pool string, want netip.Addr) {
+		t.Helper()
+		got, err := cs.Cursor(t.Context(), pool)
+		if err != nil {
+			t.Fatalf("Cursor(%s): %v", pool, err)
+		}
+		if got != want {
+			t.Fatalf("Cursor(%s) = %v, want %v", pool, got, want)
+		}
+	}
+	set := func(t *testing.T, pool string, ip netip.Addr) {
+		t.Helper()
+		if err := cs.SetCursor(t.Context(), pool, ip); err != nil {
+			t.Fatalf("SetCursor(%s, %s): %v", pool, ip, err)
+		}
+	}
+
+	blue1, blue2 := netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("10.0.0.6")
+	green := netip.MustParseAddr("2001:db8::7")
+	wantCursor(t, cs, "blue", netip.Addr{})
+	set(t, "blue", blue1)
+	wantCursor(t, cs, "blue", blue1)
+	wantCursor(t, cs, "green", netip.Addr{})
+	wantCursor(t, cs, "blue-2", netip.Addr{})
+	set(t, "green", green)
+	wantCursor(t, cs, "green", green)
+	wantCursor(t, cs, "blue", blue1)
+	set(t, "blue", blue2)
+	wantCursor(t, cs, "blue", blue2)
+	wantCursor(t, cs, "green", green)
+
+	// A cursor is not a claim.
+	wantNotFound(t, s, "blue", blue2)
+	wantList(t, s, "blue", nil)
+
+	s2 := open()
+	cs2, ok := s2.(store.Cursors)
+	if !ok {
+		t.Fatalf("%T implements store.Cursors but the reopened %T does not", s, s2)
+	}
+	wantCursor(t, cs2, "blue", blue2)
+	wantCursor(t, cs2, "green", green)
+	if err := cs2.SetCursor(t.Context(), "blue", blue1); err != nil {
+		t.Fatalf("SetCursor(blue, %s) through a reopened instance: %v", blue1, err)
+	}
+	wantCursor(t, cs, "blue", blue1)
+}
