@@ -1,0 +1,133 @@
+package ipam
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/ipamkit/ipam/store"
+)
+
+// Sentinel errors. Callers branch on them with errors.Is; details ride in the
+// typed errors below, which unwrap to one of these.
+var (
+	// ErrInvalid is returned (inside a *FieldError) by parsing and validation of
+	// pools, ranges, label selectors and requests.
+	ErrInvalid = errors.New("invalid")
+	// ErrNotFound is returned by Allocate when a request names a pool its
+	// PoolSource does not have, and by ReleaseIP when nothing is claimed.
+	ErrNotFound = errors.New("not found")
+	// ErrExhausted is returned (inside an *AllocationError) by Allocate when a
+	// pool has no free address left.
+	ErrExhausted = errors.New("no free address")
+	// ErrUnavailable is returned (inside an *AllocationError) by Allocate when a
+	// requested address is claimed by someone else, excluded, reserved or the
+	// gateway.
+	ErrUnavailable = errors.New("address not available")
+	// ErrNotInRange is returned by Allocate when a requested address lies in no
+	// pool of the interface that asked for it.
+	ErrNotInRange = errors.New("address not in any requested pool")
+	// ErrOwnerConflict is returned by Allocate when the owner already holds a
+	// different address in a pool than the one it now requests there.
+	ErrOwnerConflict = errors.New("owner already holds another address")
+	// ErrConflict is store.ErrConflict: a revision-checked write lost a race. It
+	// is returned by ReleaseIP when the claim changed under it.
+	ErrConflict = store.ErrConflict
+)
+
+// FieldError is one problem with one field of some input: a pool, a range, a
+// label selector, a request. Validation joins several of them with errors.Join so
+// that every problem is reported at once. It unwraps to ErrInvalid.
+//
+// The zero FieldError is not useful; build one with a field path and value.
+type FieldError struct {
+	// Object names what the field belongs to, such as `pool "blue"`; may be empty.
+	Object string
+	// Field is the field path, such as "ranges[1].rangeEnd".
+	Field string
+	// Value is the offending input as the user wrote it.
+	Value string
+	// Reason says what is wrong, in lower case.
+	Reason string
+}
+
+// Error returns, for example,
+// `pool "blue": ranges[1].rangeEnd "10.0.1.300": invalid IP address`.
+func (e *FieldError) Error() string {
+	var b strings.Builder
+	if e.Object != "" {
+		b.WriteString(e.Object)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Field)
+	if e.Value != "" {
+		b.WriteString(" ")
+		if strings.Contains(e.Value, `"`) && !strings.ContainsAny(e.Value, "`\n") {
+			b.WriteString("`" + e.Value + "`") // JSON text reads better unescaped
+		} else {
+			b.WriteString(strconv.Quote(e.Value))
+		}
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Unwrap returns ErrInvalid.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// fieldErrors collects FieldErrors for one object.
+type fieldErrors struct {
+	object string
+	errs   []error
+}
+
+func (fe *fieldErrors) add(field, value, reason string, args ...any) {
+	if len(args) > 0 {
+		reason = fmt.Sprintf(reason, args...)
+	}
+	fe.errs = append(fe.errs, &FieldError{Object: fe.object, Field: field, Value: value, Reason: reason})
+}
+
+func (fe *fieldErrors) err() error { return errors.Join(fe.errs...) }
+
+// AllocationError says why one pool could not serve one interface of a request.
+// It unwraps to ErrExhausted, ErrUnavailable, ErrOwnerConflict, ErrNotFound, or a
+// Store error.
+type AllocationError struct {
+	// Interface is the interface being served, such as "eth0".
+	Interface string
+	// Pool is the pool that failed; empty when no pool was involved.
+	Pool string
+	// IP is the address concerned, when there is one (a requested address).
+	IP netip.Addr
+	// Reason is a human sentence without the pool and interface, such as
+	// "no free address in 10.0.0.2-10.0.0.254 (253/253 used)".
+	Reason string
+	// Err is the sentinel or underlying error.
+	Err error
+}
+
+// Error returns, for example,
+// `eth0: pool "blue": no free address in 10.0.0.2-10.0.0.254 (253/253 used)`.
+func (e *AllocationError) Error() string {
+	var b strings.Builder
+	if e.Interface != "" {
+		b.WriteString(e.Interface)
+		b.WriteString(": ")
+	}
+	if e.Pool != "" {
+		fmt.Fprintf(&b, "pool %q: ", e.Pool)
+	}
+	if e.Reason != "" {
+		b.WriteString(e.Reason)
+	} else if e.Err != nil {
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying error.
+func (e *AllocationError) Unwrap() error { return e.Err }
