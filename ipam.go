@@ -1,0 +1,1067 @@
+package ipam
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go4.org/netipx"
+
+	"github.com/ipamkit/ipam/store"
+	"github.com/ipamkit/ipam/store/memstore"
+)
+
+// Options configure an Allocator. The zero Options, with a PoolSource, is a
+// working in-memory allocator.
+type Options struct {
+	// Pools says which pools exist. Required.
+	Pools PoolSource
+	// Store holds the claims. Nil means a new, private in-memory store.
+	Store store.Store
+	// Logger receives debug and warning records. Nil discards them.
+	Logger *slog.Logger
+	// ResyncInterval is the least time between two reloads of a pool's index
+	// from the Store, done when the pool looks exhausted (another allocator on
+	// the same Store may have released addresses). Zero means one second; a
+	// negative value never reloads.
+	ResyncInterval time.Duration
+}
+
+// Validate reports whether the options can make an Allocator.
+func (o Options) Validate() error {
+	if o.Pools == nil {
+		return &FieldError{Object: "options", Field: "Pools", Reason: "required"}
+	}
+	return nil
+}
+
+// Request asks for addresses for one pod or container.
+//
+// The owner is identified by UID when set, otherwise by ContainerID: asking again
+// with the same identity and interface returns what it already holds. The zero
+// Request is invalid.
+type Request struct {
+	// Namespace, Name and UID identify the pod; UID is the owner identity.
+	Namespace string
+	Name      string
+	UID       string
+	// ContainerID identifies the owner when UID is empty (host-local's identity).
+	ContainerID string
+	// Interfaces lists the interfaces to serve, each with its pools.
+	Interfaces []Interface
+}
+
+// Interface asks for the addresses of one network interface.
+type Interface struct {
+	// Name is the interface name in the pod, such as "eth0". Required.
+	Name string
+	// Pools names the pools to allocate from: one address from each, in order,
+	// all or nothing (host-local's range sets).
+	Pools []string
+	// IPs are requested addresses. Each must lie in one of Pools (host-local's
+	// Contains rule: in a range, between start and end); each pool serves at
+	// most one of them, and the others get a dynamic address.
+	IPs []netip.Addr
+}
+
+// Result lists the addresses a request got, in interface order and, within an
+// interface, in pool order, with the trace of how they were chosen.
+type Result struct {
+	IPs   []IPConfig
+	Trace []TraceEntry
+}
+
+// IPConfig is one address handed to one interface.
+type IPConfig struct {
+	Interface string
+	Pool      string
+	// Address carries the range's subnet mask, such as 10.0.0.5/24.
+	Address netip.Prefix
+	// Gateway is the range's gateway; invalid when the pool has none.
+	Gateway netip.Addr
+	Vlan    int
+	Routes  []Route
+	// Reused reports that the owner already held this address before the call.
+	Reused bool
+}
+
+// Status says what happened to a pool that was considered for an interface.
+type Status string
+
+// Statuses of a TraceEntry.
+const (
+	StatusServed    Status = "served"
+	StatusCandidate Status = "candidate"
+	StatusFiltered  Status = "filtered"
+	StatusExhausted Status = "exhausted"
+	StatusFailed    Status = "failed"
+)
+
+// SourceRequest is the TraceEntry source of a pool named by the request itself.
+const SourceRequest = "request"
+
+// TraceEntry records one pool considered for one interface and IP family.
+type TraceEntry struct {
+	Interface string
+	Family    int
+	Pool      string
+	// Source is the rule that made the pool a candidate.
+	Source string
+	Status Status
+	// Reason says why a pool was filtered, exhausted or failed.
+	Reason string
+	// Rank is the pool's position among the candidates, from 1.
+	Rank int
+}
+
+// Allocator hands out addresses from pools and records them in a Store.
+//
+// It keeps its own index per pool (which addresses are used, who owns what),
+// built from the Store on first use and kept current by its own writes. The
+// Store decides every race: a Create that finds the address taken only makes the
+// Allocator refresh and move on, so two Allocators on one Store never hand one
+// address to two owners.
+//
+// An Allocator is safe for concurrent use by multiple goroutines. Its zero value
+// is not usable: call NewAllocator.
+type Allocator struct {
+	source  PoolSource
+	store   store.Store
+	cursors store.Cursors
+	log     *slog.Logger
+	resync  time.Duration
+
+	pools sync.Map // string -> *poolIndex
+
+	omu       sync.Mutex
+	owners    map[ownerID]holdings
+	allLoaded bool
+}
+
+// ownerID is an owner's identity: its pod UID, or else its container ID.
+type ownerID struct {
+	byUID bool
+	id    string
+}
+
+func identity(o store.Owner) ownerID {
+	if o.UID != "" {
+		return ownerID{true, o.UID}
+	}
+	return ownerID{false, o.ContainerID}
+}
+
+// holding is one address an owner holds.
+type holding struct {
+	pool  *poolIndex
+	ip    netip.Addr
+	iface string
+}
+
+// holdings is the addresses one owner holds. The first is stored inline, so an
+// owner with one address costs no allocation of its own; order is not kept.
+type holdings struct {
+	first holding
+	n     int
+	rest  []holding
+}
+
+func (hs *holdings) at(i int) holding {
+	if i == 0 {
+		return hs.first
+	}
+	return hs.rest[i-1]
+}
+
+func (hs *holdings) set(i int, h holding) {
+	if i == 0 {
+		hs.first = h
+	} else {
+		hs.rest[i-1] = h
+	}
+}
+
+func (hs *holdings) add(h holding) {
+	if hs.n == 0 {
+		hs.first = h
+	} else {
+		hs.rest = append(hs.rest, h)
+	}
+	hs.n++
+}
+
+// remove drops the i-th holding, moving the last one into its place.
+func (hs *holdings) remove(i int) {
+	hs.set(i, hs.at(hs.n-1))
+	if hs.n > 1 {
+		hs.rest[hs.n-2] = holding{}
+		hs.rest = hs.rest[:hs.n-2]
+	} else {
+		hs.first = holding{}
+	}
+	hs.n--
+}
+
+// matches reports whether h serves interface iface: the same name, or a legacy
+// host-local claim that recorded no interface.
+func (h holding) matches(id ownerID, iface string) bool {
+	return h.iface == iface || (h.iface == "" && !id.byUID)
+}
+
+// NewAllocator returns an Allocator for the options.
+func NewAllocator(opts Options) (*Allocator, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Allocator{
+		source: opts.Pools,
+		store:  opts.Store,
+		log:    opts.Logger,
+		resync: opts.ResyncInterval,
+		owners: make(map[ownerID]holdings),
+	}
+	if a.store == nil {
+		a.store = memstore.New()
+	}
+	a.cursors, _ = a.store.(store.Cursors)
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.resync == 0 {
+		a.resync = time.Second
+	}
+	return a, nil
+}
+
+// Allocate is AllocateAt at time.Now().
+func (a *Allocator) Allocate(ctx context.Context, req Request) (Result, error) {
+	return a.AllocateAt(ctx, req, time.Now())
+}
+
+// AllocateAt serves every interface of req, one address from each of its pools,
+// and records the claims at time now.
+//
+// It is idempotent: an owner that already holds an address in a pool for that
+// interface gets it back (Reused), and a requested address must then be that
+// one (else ErrOwnerConflict). It is all-or-nothing: if any pool fails, the
+// addresses this call claimed are released before the error returns, and the
+// addresses the owner held before the call are kept. Requested addresses are
+// placed before anything is claimed, and claimed before any dynamic address.
+func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) (Result, error) {
+	if err := req.validate(); err != nil {
+		return Result{}, err
+	}
+	owner := store.Owner{Namespace: req.Namespace, Name: req.Name, UID: req.UID, ContainerID: req.ContainerID}
+	id := identity(owner)
+
+	// Resolve every pool and place every requested address first.
+	n := 0
+	for _, ifc := range req.Interfaces {
+		n += len(ifc.Pools)
+	}
+	var taskBuf [2]task
+	tasks := taskBuf[:0]
+	if n > len(taskBuf) {
+		tasks = make([]task, 0, n)
+	}
+	for _, ifc := range req.Interfaces {
+		start := len(tasks)
+		for _, name := range ifc.Pools {
+			idx, err := a.index(ctx, name, now)
+			if err != nil {
+				return Result{}, &AllocationError{Interface: ifc.Name, Pool: name, Reason: err.Error(), Err: err}
+			}
+			def := idx.def.Load()
+			tasks = append(tasks, task{iface: ifc.Name, idx: idx, pool: def.pool, lay: def.layout})
+		}
+		if err := placeRequested(ifc, tasks[start:]); err != nil {
+			return Result{}, err
+		}
+	}
+
+	// What the owner holds already, then requested addresses, then the rest.
+	for i := range tasks {
+		t := &tasks[i]
+		h, ok := a.held(id, t.iface, t.idx)
+		if !ok {
+			continue
+		}
+		// The index may be stale (a release or a reload raced it, or another
+		// Allocator released the claim): trust the Store only.
+		if held, err := a.stillHeld(ctx, t.idx, h, id); err != nil {
+			return Result{}, &AllocationError{Interface: t.iface, Pool: t.idx.name, IP: h, Err: err, Reason: "store: " + err.Error()}
+		} else if !held {
+			continue
+		}
+		if t.want.IsValid() && t.want != h {
+			owner.Interface = t.iface
+			return Result{}, &AllocationError{Interface: t.iface, Pool: t.idx.name, IP: t.want, Err: ErrOwnerConflict,
+				Reason: fmt.Sprintf("%s already holds %s in this pool, not the requested %s", owner, h, t.want)}
+		}
+		t.ip, t.reused = h, true
+	}
+	var claimedBuf [2]int
+	claimed := claimedBuf[:0]
+	for pass := 0; pass < 2; pass++ {
+		for i := range tasks {
+			t := &tasks[i]
+			if t.reused || t.ip.IsValid() || t.want.IsValid() != (pass == 0) {
+				continue
+			}
+			owner.Interface = t.iface
+			ip, reused, err := a.claim(ctx, t.idx, t.iface, t.want, owner, now)
+			if err != nil {
+				a.rollback(ctx, tasks, claimed)
+				return Result{}, err
+			}
+			t.ip, t.reused = ip, reused
+			if !reused {
+				claimed = append(claimed, i)
+			}
+		}
+	}
+
+	res := newResult(len(tasks))
+	for i := range tasks {
+		t := &tasks[i]
+		res.IPs = append(res.IPs, t.config())
+		res.Trace = append(res.Trace, TraceEntry{Interface: t.iface, Family: t.lay.family(), Pool: t.idx.name,
+			Source: SourceRequest, Status: StatusServed, Rank: 1})
+	}
+	return res, nil
+}
+
+// task is one (interface, pool) of a request.
+type task struct {
+	iface  string
+	idx    *poolIndex
+	pool   *Pool
+	lay    *layout
+	want   netip.Addr // requested address, if any
+	ip     netip.Addr
+	reused bool
+}
+
+func (t *task) config() IPConfig {
+	var r Range
+	if si, ok := t.lay.segAt(t.ip); ok {
+		r = t.lay.ranges[t.lay.segs[si].rng]
+	} else if k := t.lay.rangeOf(t.ip); k >= 0 {
+		r = t.lay.ranges[k]
+	}
+	return IPConfig{
+		Interface: t.iface,
+		Pool:      t.idx.name,
+		Address:   netip.PrefixFrom(t.ip, r.Subnet.Bits()),
+		Gateway:   r.Gateway,
+		Vlan:      t.pool.Vlan,
+		Routes:    t.pool.Routes,
+		Reused:    t.reused,
+	}
+}
+
+// resultBuf backs a one-address Result with a single allocation.
+type resultBuf struct {
+	ips   [1]IPConfig
+	trace [1]TraceEntry
+}
+
+func newResult(n int) Result {
+	if n == 1 {
+		b := new(resultBuf)
+		return Result{IPs: b.ips[:0], Trace: b.trace[:0]}
+	}
+	return Result{IPs: make([]IPConfig, 0, n), Trace: make([]TraceEntry, 0, n)}
+}
+
+func (req *Request) validate() error {
+	var fe fieldErrors
+	fe.object = "request"
+	if req.UID == "" && req.ContainerID == "" {
+		fe.add("uid", "", "required (or containerID)")
+	}
+	if len(req.Interfaces) == 0 {
+		fe.add("interfaces", "", "at least one interface is required")
+	}
+	for i, ifc := range req.Interfaces {
+		if ifc.Name == "" {
+			fe.add(fmt.Sprintf("interfaces[%d].name", i), "", "required")
+		}
+		for j := 0; j < i; j++ {
+			if req.Interfaces[j].Name == ifc.Name && ifc.Name != "" {
+				fe.add(fmt.Sprintf("interfaces[%d].name", i), ifc.Name, "duplicate interface")
+			}
+		}
+		if len(ifc.Pools) == 0 {
+			fe.add(fmt.Sprintf("interfaces[%d].pools", i), "", "at least one pool is required (selection from annotations is not built yet)")
+		}
+		for j, p := range ifc.Pools {
+			if p == "" {
+				fe.add(fmt.Sprintf("interfaces[%d].pools[%d]", i, j), "", "empty pool name")
+			}
+			if slices.Contains(ifc.Pools[:j], p) {
+				fe.add(fmt.Sprintf("interfaces[%d].pools[%d]", i, j), p, "pool named twice for one interface")
+			}
+		}
+		for j, ip := range ifc.IPs {
+			if !ip.IsValid() {
+				fe.add(fmt.Sprintf("interfaces[%d].ips[%d]", i, j), "", "invalid IP address")
+			}
+		}
+	}
+	if len(fe.errs) == 0 {
+		return nil
+	}
+	return fe.err()
+}
+
+// placeRequested gives each requested address of ifc to the first of its pools
+// whose ranges contain it and that has none yet. Addresses that fit no pool, and
+// addresses that a pool can never hand out (its gateway, excluded or reserved),
+// are errors, reported before anything is claimed.
+func placeRequested(ifc Interface, tasks []task) error {
+	if len(ifc.IPs) == 0 {
+		return nil
+	}
+	var left []string
+	var errs []error
+	seen := make(map[netip.Addr]bool, len(ifc.IPs))
+	for _, ip := range ifc.IPs {
+		ip = ip.Unmap()
+		if seen[ip] {
+			continue
+		}
+		seen[ip] = true
+		placed := false
+		for k := range tasks {
+			t := &tasks[k]
+			if t.want.IsValid() {
+				continue
+			}
+			rng := t.lay.rangeOf(ip)
+			if rng < 0 {
+				continue
+			}
+			placed = true
+			t.want = ip
+			if _, ok := t.lay.ordinal(ip); !ok {
+				reason := "excluded or reserved"
+				if t.lay.ranges[rng].Gateway == ip {
+					reason = "the gateway of range " + t.lay.ranges[rng].String()
+				}
+				errs = append(errs, &AllocationError{Interface: ifc.Name, Pool: t.idx.name, IP: ip, Err: ErrUnavailable,
+					Reason: fmt.Sprintf("requested IP address %s is not available: %s", ip, reason)})
+			}
+			break
+		}
+		if !placed {
+			left = append(left, ip.String())
+		}
+	}
+	if len(left) > 0 {
+		names := make([]string, len(tasks))
+		for k, t := range tasks {
+			names[k] = fmt.Sprintf("%q (%s)", t.idx.name, t.lay)
+		}
+		errs = append(errs, &AllocationError{Interface: ifc.Name, Err: ErrNotInRange,
+			Reason: fmt.Sprintf("requested IP addresses %s: not in any free slot of pools %s", strings.Join(left, " "), strings.Join(names, ", "))})
+	}
+	return errors.Join(errs...)
+}
+
+// held returns the address id holds for iface in idx, if any.
+func (a *Allocator) held(id ownerID, iface string, idx *poolIndex) (netip.Addr, bool) {
+	a.omu.Lock()
+	defer a.omu.Unlock()
+	hs, ok := a.owners[id]
+	if !ok {
+		return netip.Addr{}, false
+	}
+	for i := range hs.n {
+		if h := hs.at(i); h.pool == idx && h.matches(id, iface) {
+			return h.ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// stillHeld reports whether the Store still has id's claim on ip, and drops it
+// from the index if not.
+func (a *Allocator) stillHeld(ctx context.Context, idx *poolIndex, ip netip.Addr, id ownerID) (bool, error) {
+	c, err := a.store.Get(ctx, idx.name, ip)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		idx.forgetIf(ip, id)
+		a.dropHolding(id, idx, ip)
+		return false, nil
+	case err != nil:
+		return false, err
+	case identity(c.Owner) != id:
+		a.dropHolding(id, idx, ip)
+		idx.commit(c)
+		a.addHolding(idx, c)
+		return false, nil
+	}
+	return true, nil
+}
+
+// claim takes one address in idx for owner: want if valid, else the next free
+// one. reused reports that a concurrent call for the same owner won the race and
+// its address is returned instead.
+func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, want netip.Addr, owner store.Owner, now time.Time) (ip netip.Addr, reused bool, err error) {
+	resynced := false
+	for {
+		if err := ctx.Err(); err != nil {
+			return netip.Addr{}, false, &AllocationError{Interface: iface, Pool: idx.name, Err: err, Reason: err.Error()}
+		}
+		ip, ok := idx.reserve(want)
+		if !ok {
+			if want.IsValid() {
+				return netip.Addr{}, false, &AllocationError{Interface: iface, Pool: idx.name, IP: want, Err: ErrUnavailable,
+					Reason: fmt.Sprintf("requested IP address %s is not available in range set %s: already claimed", want, idx.def.Load().layout)}
+			}
+			if !resynced && a.resync > 0 && idx.dueResync(now, a.resync) {
+				resynced = true
+				if err := a.reload(ctx, idx, now); err != nil {
+					return netip.Addr{}, false, &AllocationError{Interface: iface, Pool: idx.name, Err: err, Reason: "reloading claims: " + err.Error()}
+				}
+				continue
+			}
+			return netip.Addr{}, false, &AllocationError{Interface: iface, Pool: idx.name, Err: ErrExhausted,
+				Reason: "no free address in range set " + idx.describe()}
+		}
+		c, err := a.store.Create(ctx, store.Claim{Pool: idx.name, IP: ip, Owner: owner, Time: now})
+		switch {
+		case err == nil:
+			idx.commit(c)
+			if !a.addHolding(idx, c) {
+				// A concurrent call for the same owner won: give ours back.
+				if err := a.releaseClaim(ctx, idx, c.IP, identity(owner)); err != nil {
+					a.log.Warn("ipam: cannot release a duplicate claim", "pool", idx.name, "ip", c.IP, "err", err)
+				}
+				h, _ := a.held(identity(owner), iface, idx)
+				return h, true, nil
+			}
+			if a.cursors != nil {
+				if err := a.cursors.SetCursor(ctx, idx.name, ip); err != nil {
+					a.log.Warn("ipam: cannot record last reserved address", "pool", idx.name, "ip", ip, "err", err)
+				}
+			}
+			return ip, false, nil
+		case errors.Is(err, store.ErrExists):
+			// Our index was stale: the address stays marked used; try the next.
+			idx.learnTaken(ip)
+			if want.IsValid() {
+				return netip.Addr{}, false, &AllocationError{Interface: iface, Pool: idx.name, IP: want, Err: ErrUnavailable,
+					Reason: fmt.Sprintf("requested IP address %s is not available in range set %s: already claimed", want, idx.def.Load().layout)}
+			}
+		default:
+			idx.unreserve(ip)
+			return netip.Addr{}, false, &AllocationError{Interface: iface, Pool: idx.name, IP: ip, Err: err, Reason: "store: " + err.Error()}
+		}
+	}
+}
+
+// rollback releases what this call claimed, logging what it cannot.
+func (a *Allocator) rollback(ctx context.Context, tasks []task, claimed []int) {
+	// A rollback must finish even if the caller has given up.
+	ctx = context.WithoutCancel(ctx)
+	for _, i := range claimed {
+		t := &tasks[i]
+		if err := a.releaseClaim(ctx, t.idx, t.ip, ownerID{}); err != nil {
+			a.log.Warn("ipam: rollback could not release", "pool", t.idx.name, "ip", t.ip, "err", err)
+		}
+	}
+}
+
+// addHolding records a claim of idx in the owner index. It reports false if
+// the owner already holds another address in that pool for that interface.
+func (a *Allocator) addHolding(idx *poolIndex, c store.Claim) bool {
+	id := identity(c.Owner)
+	a.omu.Lock()
+	defer a.omu.Unlock()
+	hs := a.owners[id]
+	for i := range hs.n {
+		h := hs.at(i)
+		if h.pool == idx && h.ip == c.IP {
+			return true
+		}
+		if h.pool == idx && h.iface == c.Owner.Interface {
+			return false
+		}
+	}
+	hs.add(holding{pool: idx, ip: c.IP, iface: c.Owner.Interface})
+	a.owners[id] = hs
+	return true
+}
+
+func (a *Allocator) dropHolding(id ownerID, idx *poolIndex, ip netip.Addr) {
+	a.omu.Lock()
+	defer a.omu.Unlock()
+	a.dropHoldingLocked(id, idx, ip)
+}
+
+func (a *Allocator) dropHoldingLocked(id ownerID, idx *poolIndex, ip netip.Addr) {
+	hs, ok := a.owners[id]
+	if !ok {
+		return
+	}
+	for i := range hs.n {
+		if h := hs.at(i); h.pool == idx && h.ip == ip {
+			hs.remove(i)
+			break
+		}
+	}
+	if hs.n == 0 {
+		delete(a.owners, id)
+	} else {
+		a.owners[id] = hs
+	}
+}
+
+func (a *Allocator) indexFor(name string) *poolIndex {
+	v, _ := a.pools.Load(name)
+	idx, _ := v.(*poolIndex)
+	return idx
+}
+
+// index returns the loaded index of the named pool, rebuilding its layout if
+// the PoolSource now returns a different definition.
+func (a *Allocator) index(ctx context.Context, name string, now time.Time) (*poolIndex, error) {
+	p, ok := a.source.Pool(name)
+	if !ok {
+		return nil, fmt.Errorf("pool %q: %w", name, ErrNotFound)
+	}
+	idx := a.indexFor(name)
+	if idx == nil {
+		v, _ := a.pools.LoadOrStore(name, &poolIndex{name: name})
+		idx = v.(*poolIndex)
+	}
+	if d := idx.def.Load(); d != nil && d.pool == p {
+		return idx, nil
+	}
+	if err := a.load(ctx, idx, p, now); err != nil {
+		return nil, err
+	}
+	return idx, nil
+}
+
+// load builds or rebuilds idx for definition p.
+func (a *Allocator) load(ctx context.Context, idx *poolIndex, p *Pool, now time.Time) error {
+	rs, err := p.RangeSet()
+	if err != nil {
+		return err
+	}
+	var excl netipx.IPSetBuilder
+	for _, r := range p.ExcludeIPs {
+		excl.AddRange(r)
+	}
+	exclude, _ := excl.IPSet()
+	lay := newLayout(rs, exclude)
+
+	// The pool's lock is held across the List, so that every claim and release
+	// of this pool either is in the snapshot or is applied after it.
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	d := idx.def.Load()
+	if d != nil && d.pool == p {
+		return nil
+	}
+	if d != nil {
+		idx.rebuild(p, lay, nil, now)
+		return nil
+	}
+	claims, err := a.store.List(ctx, idx.name)
+	if err != nil {
+		return fmt.Errorf("listing claims of pool %q: %w", idx.name, err)
+	}
+	var cursor netip.Addr
+	if a.cursors != nil {
+		if cursor, err = a.cursors.Cursor(ctx, idx.name); err != nil {
+			a.log.Warn("ipam: cannot read last reserved address", "pool", idx.name, "err", err)
+		}
+	}
+	idx.rebuild(p, lay, claims, now)
+	if cursor.IsValid() {
+		idx.cursor = cursor
+	}
+	a.registerOwners(idx, nil, claims)
+	return nil
+}
+
+// reload replaces idx's claims with the Store's.
+func (a *Allocator) reload(ctx context.Context, idx *poolIndex, now time.Time) error {
+	// As in load, the List happens under the pool's lock: a release that
+	// lands between the List and the rebuild must not be undone by it.
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	claims, err := a.store.List(ctx, idx.name)
+	if err != nil {
+		return err
+	}
+	old := idx.claims
+	d := idx.def.Load()
+	idx.rebuild(d.pool, d.layout, claims, now)
+	a.registerOwners(idx, old, claims)
+	return nil
+}
+
+// registerOwners replaces the owner index entries of idx: those of old claims go,
+// those of claims come.
+func (a *Allocator) registerOwners(idx *poolIndex, old map[netip.Addr]claimRec, claims []store.Claim) {
+	a.omu.Lock()
+	defer a.omu.Unlock()
+	for ip, rec := range old {
+		a.dropHoldingLocked(identity(rec.owner), idx, ip)
+	}
+	for _, c := range claims {
+		id := identity(c.Owner)
+		hs := a.owners[id]
+		hs.add(holding{pool: idx, ip: c.IP, iface: c.Owner.Interface})
+		a.owners[id] = hs
+	}
+}
+
+// loadAll loads every pool of the source, so that owner lookups see every claim.
+func (a *Allocator) loadAll(ctx context.Context, now time.Time) error {
+	a.omu.Lock()
+	done := a.allLoaded
+	a.omu.Unlock()
+	if done {
+		return nil
+	}
+	var errs []error
+	for p := range a.source.Pools() {
+		if _, err := a.index(ctx, p.Name, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		a.omu.Lock()
+		a.allLoaded = true
+		a.omu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// Release is ReleaseAt at time.Now().
+func (a *Allocator) Release(ctx context.Context, owner store.Owner) error {
+	return a.ReleaseAt(ctx, owner, time.Now())
+}
+
+// ReleaseAt releases what owner holds: with owner.Interface set, the addresses
+// of that interface; otherwise those of every interface. An owner identified by
+// container ID that holds nothing for the interface releases its legacy claims
+// that recorded no interface (host-local's fallback). Releasing what is not held
+// is not an error. A claim that someone else changed in the Store meanwhile is
+// left alone.
+func (a *Allocator) ReleaseAt(ctx context.Context, owner store.Owner, now time.Time) error {
+	if owner.IsZero() {
+		return &FieldError{Object: "owner", Field: "uid", Reason: "required (or containerID)"}
+	}
+	if err := a.loadAll(ctx, now); err != nil {
+		return err
+	}
+	id := identity(owner)
+	var buf [4]holding
+	var errs []error
+	for _, h := range a.lookup(id, owner.Interface, buf[:0]) {
+		if err := a.releaseClaim(ctx, h.pool, h.ip, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lookup appends to out the holdings of id for iface ("" for all), with
+// host-local's legacy fallback.
+func (a *Allocator) lookup(id ownerID, iface string, out []holding) []holding {
+	a.omu.Lock()
+	defer a.omu.Unlock()
+	hs := a.owners[id]
+	for i := range hs.n {
+		if h := hs.at(i); iface == "" || h.iface == iface {
+			out = append(out, h)
+		}
+	}
+	if len(out) == 0 && iface != "" && !id.byUID {
+		for i := range hs.n {
+			if h := hs.at(i); h.iface == "" {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// Lookup returns the claims owner holds, as ReleaseAt would select them, sorted
+// by pool and address, as the Store has them.
+func (a *Allocator) Lookup(ctx context.Context, owner store.Owner) ([]store.Claim, error) {
+	if owner.IsZero() {
+		return nil, &FieldError{Object: "owner", Field: "uid", Reason: "required (or containerID)"}
+	}
+	if err := a.loadAll(ctx, time.Now()); err != nil {
+		return nil, err
+	}
+	var out []store.Claim
+	for _, h := range a.lookup(identity(owner), owner.Interface, nil) {
+		c, err := a.store.Get(ctx, h.pool.name, h.ip)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // released by someone else since
+		}
+		if err != nil {
+			return nil, err
+		}
+		if identity(c.Owner) == identity(owner) {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(x, y store.Claim) int {
+		if c := strings.Compare(x.Pool, y.Pool); c != 0 {
+			return c
+		}
+		return x.IP.Compare(y.IP)
+	})
+	return out, nil
+}
+
+// ReleaseIP releases the claim on ip in pool, whoever holds it. It returns
+// ErrNotFound if the address is not claimed.
+func (a *Allocator) ReleaseIP(ctx context.Context, pool string, ip netip.Addr) error {
+	idx, err := a.index(ctx, pool, time.Now())
+	if err != nil {
+		return err
+	}
+	if _, ok := idx.claim(ip); !ok {
+		if _, err := a.store.Get(ctx, pool, ip); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("pool %q: %s: %w", pool, ip, ErrNotFound)
+			}
+			return err
+		}
+	}
+	return a.releaseClaim(ctx, idx, ip, ownerID{})
+}
+
+// releaseClaim deletes the claim on ip, revision-checked. If only is set, the
+// claim is released only while that identity holds it. The index is updated to
+// what the Store says.
+func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.Addr, only ownerID) error {
+	c, known := idx.claim(ip)
+	for attempt := 0; ; attempt++ {
+		if !known {
+			got, err := a.store.Get(ctx, idx.name, ip)
+			if errors.Is(err, store.ErrNotFound) {
+				idx.forget(ip)
+				if only != (ownerID{}) {
+					a.dropHolding(only, idx, ip)
+				}
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("pool %q: releasing %s: %w", idx.name, ip, err)
+			}
+			c = got
+		}
+		if only != (ownerID{}) && identity(c.Owner) != only {
+			// Someone else holds it now: learn that, release nothing.
+			a.dropHolding(only, idx, ip)
+			idx.commit(c)
+			a.addHolding(idx, c)
+			return nil
+		}
+		err := a.store.Delete(ctx, idx.name, ip, c.Revision)
+		switch {
+		case err == nil || errors.Is(err, store.ErrNotFound):
+			// Only this revision is gone: a newer claim on ip, made since by
+			// someone else, stays in the index.
+			idx.forgetRev(ip, c.Revision)
+			a.dropHolding(identity(c.Owner), idx, ip)
+			return nil
+		case errors.Is(err, store.ErrConflict) && attempt < 3:
+			known = false // re-read and decide again
+		default:
+			return fmt.Errorf("pool %q: releasing %s: %w", idx.name, ip, err)
+		}
+	}
+}
+
+// poolIndex is the Allocator's view of one pool: its layout, which ordinals are
+// used, and the claims it knows.
+type poolIndex struct {
+	name string
+	// def is the definition and layout in force; written under mu, read
+	// without it.
+	def atomic.Pointer[poolDef]
+
+	mu       sync.Mutex
+	tree     *usedTree
+	claims   map[netip.Addr]claimRec
+	cursor   netip.Addr
+	lastSync time.Time
+}
+
+// poolDef is a pool definition and the layout built from it. Immutable.
+type poolDef struct {
+	pool   *Pool
+	layout *layout
+}
+
+// claimRec is what the index keeps of a claim: enough to release it.
+type claimRec struct {
+	rev   int64
+	owner store.Owner
+}
+
+func (idx *poolIndex) describe() string {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	return idx.def.Load().layout.describe(idx.tree)
+}
+
+// rebuild installs definition p with layout lay; claims, when non-nil, replace
+// the known claims. Called with mu held.
+func (idx *poolIndex) rebuild(p *Pool, lay *layout, claims []store.Claim, now time.Time) {
+	idx.def.Store(&poolDef{pool: p, layout: lay})
+	if claims != nil || idx.claims == nil {
+		idx.claims = make(map[netip.Addr]claimRec, len(claims))
+		for _, c := range claims {
+			idx.claims[c.IP] = claimRec{rev: c.Revision, owner: c.Owner}
+		}
+		idx.lastSync = now
+	}
+	idx.tree = newUsedTree(lay.levels)
+	for ip := range idx.claims {
+		if o, ok := lay.ordinal(ip); ok {
+			idx.tree.set(o)
+		}
+	}
+}
+
+// reserve marks an address used before it is created in the Store: want if
+// valid and free, else the next free one by the pool's strategy.
+func (idx *poolIndex) reserve(want netip.Addr) (netip.Addr, bool) {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	d := idx.def.Load()
+	lay := d.layout
+	if want.IsValid() {
+		o, ok := lay.ordinal(want)
+		if !ok || !idx.tree.set(o) {
+			return netip.Addr{}, false
+		}
+		idx.cursor = want
+		return want, true
+	}
+	var start u128
+	if idx.cursor.IsValid() && d.pool.Strategy == RoundRobin {
+		start, _ = lay.after(idx.cursor)
+	}
+	o, ok := idx.tree.pick(lay.total, start, d.pool.Strategy)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	idx.tree.set(o)
+	ip, _ := lay.addr(o)
+	idx.cursor = ip
+	return ip, true
+}
+
+// unreserve undoes reserve after a failed Create.
+func (idx *poolIndex) unreserve(ip netip.Addr) {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	if _, claimed := idx.claims[ip]; claimed {
+		return
+	}
+	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
+		idx.tree.clear(o)
+	}
+}
+
+// learnTaken records that the Store already had a claim on ip.
+func (idx *poolIndex) learnTaken(ip netip.Addr) {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
+		idx.tree.set(o)
+	}
+}
+
+// commit records a claim the Store now holds. The address was reserved, or is
+// someone else's claim just learnt.
+func (idx *poolIndex) commit(c store.Claim) {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	idx.claims[c.IP] = claimRec{rev: c.Revision, owner: c.Owner}
+	if o, ok := idx.def.Load().layout.ordinal(c.IP); ok {
+		idx.tree.set(o)
+	}
+}
+
+// forget records that ip is no longer claimed.
+func (idx *poolIndex) forget(ip netip.Addr) {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	delete(idx.claims, ip)
+	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
+		idx.tree.clear(o)
+	}
+}
+
+// forgetRev forgets ip unless the index knows a claim on it of another
+// revision (a newer claim made since).
+func (idx *poolIndex) forgetRev(ip netip.Addr, rev int64) {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	if rec, ok := idx.claims[ip]; ok && rec.rev != rev {
+		return
+	}
+	delete(idx.claims, ip)
+	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
+		idx.tree.clear(o)
+	}
+}
+
+// forgetIf forgets ip if the index has it as id's.
+func (idx *poolIndex) forgetIf(ip netip.Addr, id ownerID) {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	if rec, ok := idx.claims[ip]; ok && identity(rec.owner) == id {
+		delete(idx.claims, ip)
+		if o, ok := idx.def.Load().layout.ordinal(ip); ok {
+			idx.tree.clear(o)
+		}
+	}
+}
+
+// claim returns what the index knows of the claim on ip (no Time).
+func (idx *poolIndex) claim(ip netip.Addr) (store.Claim, bool) {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	rec, ok := idx.claims[ip]
+	if !ok {
+		return store.Claim{}, false
+	}
+	return store.Claim{Pool: idx.name, IP: ip, Owner: rec.owner, Revision: rec.rev}, true
+}
+
+func (idx *poolIndex) dueResync(now time.Time, every time.Duration) bool {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	return now.Sub(idx.lastSync) >= every || now.Before(idx.lastSync)
+}
+
+func (l *layout) family() int {
+	if l.is4 {
+		return 4
+	}
+	return 6
+}
