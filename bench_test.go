@@ -1,0 +1,200 @@
+package ipam_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"testing"
+
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/store"
+)
+
+// The allocation benchmarks measure one Allocate through the public API into
+// the default in-memory store, at a fixed fill level. Each timed window makes
+// `window` allocations, spread over as many identical pools as it takes to have
+// that many free addresses; the window's addresses are then released with the
+// timer stopped, so the fill level stays where it was set. Fill is random (holes
+// anywhere), not a prefix of the range.
+
+const window = 64
+
+type fillCase struct {
+	bits int     // prefix length of the IPv4 subnet
+	fill float64 // fraction of usable addresses claimed before timing
+}
+
+func (c fillCase) name() string {
+	return fmt.Sprintf("v4-%d/fill-%s", c.bits, strconv.FormatFloat(c.fill*100, 'f', -1, 64)+"%")
+}
+
+func BenchmarkAllocate(b *testing.B) {
+	var cases []fillCase
+	for _, bits := range []int{24, 16, 12} {
+		for _, fill := range []float64{0, 0.5, 0.99, 0.9999} {
+			cases = append(cases, fillCase{bits, fill})
+		}
+	}
+	for _, c := range cases {
+		b.Run(c.name(), func(b *testing.B) { benchAllocate(b, c.bits, c.fill) })
+	}
+}
+
+// benchEnv is a set of identical pools filled to a level.
+type benchEnv struct {
+	alloc *ipam.Allocator
+	pools []string
+	reqs  []ipam.Request // one per window slot
+	held  []ipam.Result
+}
+
+func newBenchEnv(b *testing.B, bits int, fill float64) *benchEnv {
+	b.Helper()
+	usable := (1 << (32 - bits)) - 3 // minus network, gateway, broadcast
+	used := int(float64(usable) * fill)
+	if used > usable-1 {
+		used = usable - 1
+	}
+	free := usable - used
+	n := (window + free - 1) / free
+	var pools []*ipam.Pool
+	env := &benchEnv{}
+	for i := range n {
+		name := fmt.Sprintf("p%d", i)
+		pfx := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(10 + i), 0, 0, 0}), bits)
+		pools = append(pools, &ipam.Pool{Name: name, Ranges: []ipam.Range{{Subnet: pfx}}})
+		env.pools = append(env.pools, name)
+	}
+	cat, err := ipam.NewCatalog(pools...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	env.alloc, err = ipam.NewAllocator(ipam.Options{Pools: cat})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, uint64(bits)))
+	for _, p := range pools {
+		base := p.Ranges[0].Subnet.Addr().As4()
+		first := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3]) + 2 // skip network and gateway
+		// Claim a random `used` of the usable addresses.
+		for _, off := range rng.Perm(usable)[:used] {
+			v := first + uint32(off)
+			ip := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+			if _, err := env.alloc.Allocate(ctx, ipam.Request{ContainerID: "fill-" + p.Name + "-" + ip.String(),
+				Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{p.Name}, IPs: []netip.Addr{ip}}}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for k := range window {
+		pool := env.pools[k%len(env.pools)]
+		env.reqs = append(env.reqs, ipam.Request{ContainerID: "bench-" + strconv.Itoa(k),
+			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{pool}}}})
+	}
+	env.held = make([]ipam.Result, window)
+	return env
+}
+
+func benchAllocate(b *testing.B, bits int, fill float64) {
+	env := newBenchEnv(b, bits, fill)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	k := 0
+	for b.Loop() {
+		res, err := env.alloc.Allocate(ctx, env.reqs[k])
+		if err != nil {
+			b.Fatal(err)
+		}
+		env.held[k] = res
+		k++
+		if k == window {
+			b.StopTimer()
+			env.releaseAll(b)
+			k = 0
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	env.held = env.held[:k]
+	env.releaseAll(b)
+}
+
+func (env *benchEnv) releaseAll(b *testing.B) {
+	ctx := context.Background()
+	for _, res := range env.held {
+		for _, c := range res.IPs {
+			if err := env.alloc.ReleaseIP(ctx, c.Pool, c.Address.Addr()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	env.held = env.held[:cap(env.held)]
+}
+
+// BenchmarkAllocateRelease measures one allocate and one release of the same
+// owner in a half-full /16.
+func BenchmarkAllocateRelease(b *testing.B) {
+	env := newBenchEnv(b, 16, 0.5)
+	ctx := context.Background()
+	owner := store.Owner{ContainerID: env.reqs[0].ContainerID, Interface: "eth0"}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := env.alloc.Allocate(ctx, env.reqs[0]); err != nil {
+			b.Fatal(err)
+		}
+		if err := env.alloc.Release(ctx, owner); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAllocateIPv6 measures the first 10,000 allocations in an IPv6 /64,
+// with the heap they retain.
+func BenchmarkAllocateIPv6(b *testing.B) {
+	const n = 10000
+	ctx := context.Background()
+	reqs := make([]ipam.Request, n)
+	for i := range reqs {
+		reqs[i] = ipam.Request{ContainerID: "c" + strconv.Itoa(i), Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"v6"}}}}
+	}
+	var heap float64
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"v6","ranges":[{"subnet":"2001:db8:1::/64"}]}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		alloc, err := ipam.NewAllocator(ipam.Options{Pools: cat})
+		if err != nil {
+			b.Fatal(err)
+		}
+		before := heapInUse()
+		b.StartTimer()
+		for i := range reqs {
+			if _, err := alloc.Allocate(ctx, reqs[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		heap = float64(heapInUse() - before)
+		runtime.KeepAlive(alloc)
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/alloc")
+	b.ReportMetric(heap/n, "retained-B/alloc")
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
