@@ -707,12 +707,46 @@ func concAllocOne(ctx context.Context, a *ipam.Allocator, uid string) (ipam.IPCo
 	return res.IPs[0], nil
 }
 
+// concStartAndWait runs f in a new goroutine, from inside a Store hook, and
+// waits for it a short while. An Allocator that serializes f behind the call in
+// progress (a lock held across the Store call) blocks it, which is a correct
+// outcome too: the hook then returns, and the caller waits for f to finish
+// with the returned function.
+func concStartAndWait(f func()) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(200 * time.Millisecond):
+	}
+	return func() { <-done }
+}
+
+// concCheckServed checks that uid, served c by a, holds exactly that in the
+// Store and in a's Lookup.
+func concCheckServed(t *testing.T, ctx context.Context, a *ipam.Allocator, st store.Store, uid string, c ipam.IPConfig) {
+	t.Helper()
+	sc, err := st.Get(ctx, "three", c.Address.Addr())
+	if assert.NoError(t, err, "%s was given %s (reused %v), which is not claimed in the store", uid, c.Address, c.Reused) {
+		assert.Equal(t, uid, sc.Owner.UID, "the store's owner of %s, given to %s", c.Address, uid)
+	}
+	cs, err := a.Lookup(ctx, store.Owner{UID: uid})
+	require.NoError(t, err)
+	if assert.Len(t, cs, 1, "Lookup(%s) on the Allocator that served it %s", uid, c.Address) {
+		assert.Equal(t, c.Address.Addr(), cs[0].IP)
+	}
+}
+
 // TestConcurrentReleaseDuringReload releases an address through an Allocator
-// while that Allocator reloads the pool (it looked exhausted to another call)
-// from a Store snapshot taken just before the release. The released claim must
-// stay released in the Allocator's view: its owner must not get it back as
-// "reused" without a claim in the Store, where another Allocator can hand it
-// to someone else.
+// while that Allocator reloads the pool (it looked exhausted to another call),
+// from inside the reload's List. Whatever the interleaving, the released owner
+// must hold nothing afterwards, in the Store or in the Allocator's view: a
+// reload that applies a snapshot taken before the release puts the claim back
+// into the index, and the owner is then given it back as "reused" without a
+// claim in the Store, where another Allocator can hand it to someone else.
 func TestConcurrentReleaseDuringReload(t *testing.T) {
 	ctx := context.Background()
 	cat := concCatalog(t, threeAddrPool)
@@ -726,27 +760,26 @@ func TestConcurrentReleaseDuringReload(t *testing.T) {
 		require.Equal(t, threeAddr(2+i), c.Address.Addr())
 	}
 
-	// o4 finds the pool full and reloads it; between the reload's List and
-	// its use, o1 is released by another goroutine.
-	// The release starts while the reload's List is in progress; it is not
-	// awaited there, because the Allocator may (and does) hold the pool's lock
-	// across the List: the release then completes after the reload.
-	ran := false
-	done := make(chan error, 1)
+	// o4 finds the pool full and reloads it; during the reload's List, another
+	// goroutine releases o1.
+	var wait func()
+	var relErr error
 	hs.setHook(func() {
-		ran = true
-		go func() { done <- a.Release(ctx, store.Owner{UID: "o1"}) }()
+		wait = concStartAndWait(func() { relErr = a.Release(ctx, store.Owner{UID: "o1"}) })
 	})
-	_, err := concAllocOne(ctx, a, "o4") // exhausted (the snapshot was full) or .2
-	if err != nil {
-		require.ErrorIs(t, err, ipam.ErrExhausted)
+	c4, err4 := concAllocOne(ctx, a, "o4")
+	require.NotNil(t, wait, "precondition: Allocate(o4) in a full pool reloaded it from the store")
+	wait()
+	require.NoError(t, relErr)
+	if err4 != nil {
+		require.ErrorIs(t, err4, ipam.ErrExhausted)
+	} else {
+		concCheckServed(t, ctx, a, base, "o4", c4)
 	}
-	require.True(t, ran, "precondition: Allocate(o4) in a full pool reloaded it from the store")
-	require.NoError(t, <-done)
 	all, err := base.List(ctx, "three")
 	require.NoError(t, err)
 	for _, c := range all {
-		require.NotEqual(t, "o1", c.Owner.UID, "precondition: o1's claim is gone from the store")
+		require.NotEqual(t, "o1", c.Owner.UID, "o1's claim is still in the store after Release")
 	}
 
 	// The checks below go on after a failure, to show every consequence.
@@ -754,18 +787,14 @@ func TestConcurrentReleaseDuringReload(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, cs, "Lookup(o1) after o1 was released: the reload put the released claim back into the Allocator's index")
 
-	// o1 asks again: it holds nothing now, so it gets a claimed address or,
-	// if o4 took the free one, ErrExhausted.
+	// o1 asks again: it holds nothing, so it gets a claimed address or, if o4
+	// took the free one, ErrExhausted.
 	c, err := concAllocOne(ctx, a, "o1")
 	if err != nil {
 		require.ErrorIs(t, err, ipam.ErrExhausted)
 		return
 	}
-	sc, err := base.Get(ctx, "three", c.Address.Addr())
-	if assert.NoError(t, err, "Allocate(o1) returned %s (reused %v), which is not claimed in the store", c.Address, c.Reused) {
-		assert.Equal(t, "o1", sc.Owner.UID)
-	}
-
+	concCheckServed(t, ctx, a, base, "o1", c)
 	// Another Allocator must not be able to hand out what o1 was given.
 	c5, err := concAllocOne(ctx, b, "o5")
 	if err == nil {
@@ -773,10 +802,13 @@ func TestConcurrentReleaseDuringReload(t *testing.T) {
 	}
 }
 
-// TestConcurrentAllocateDuringReload claims an address through an Allocator
-// while that Allocator reloads the pool from a Store snapshot taken just
-// before the claim. The new claim must stay in the Allocator's view: Lookup
-// reports it, and Release releases it instead of leaking it in the Store.
+// TestConcurrentAllocateDuringReload serves two owners through one Allocator
+// at once, one of them from inside the other's reload (the pool looked
+// exhausted: another Allocator released its only free address). Whatever the
+// interleaving, exactly one of them gets the address, and the Allocator that
+// served it knows it: Lookup reports it and Release releases it. A reload that
+// applies a snapshot taken before the other's claim drops that claim from the
+// index, and Release then leaks it in the Store.
 func TestConcurrentAllocateDuringReload(t *testing.T) {
 	ctx := context.Background()
 	cat := concCatalog(t, threeAddrPool)
@@ -793,59 +825,46 @@ func TestConcurrentAllocateDuringReload(t *testing.T) {
 	_, err := base.Get(ctx, "three", threeAddr(2))
 	require.ErrorIs(t, err, store.ErrNotFound)
 
-	// o4 finds the pool full and reloads it; between the reload's List and its
-	// use, o5 is served by another goroutine on the same Allocator (its own
-	// reload sees .2 free and claims it).
-	// o5 is started during the reload's List and not awaited there (the
-	// Allocator may hold the pool's lock across the List). Exactly one of o4
-	// and o5 gets .2; the other finds the pool exhausted.
+	// o4 finds the pool full and reloads it; during the reload's List, another
+	// goroutine asks the same Allocator for o5.
+	var wait func()
 	var c5 ipam.IPConfig
 	var err5 error
-	ran := false
-	done := make(chan struct{})
 	hs.setHook(func() {
-		ran = true
-		go func() {
-			defer close(done)
-			c5, err5 = concAllocOne(ctx, a, "o5")
-		}()
+		wait = concStartAndWait(func() { c5, err5 = concAllocOne(ctx, a, "o5") })
 	})
-	c4, err := concAllocOne(ctx, a, "o4")
-	require.True(t, ran, "precondition: Allocate(o4) in a full pool reloaded it from the store")
-	<-done
-	winner, wc := "o4", c4
-	if err == nil {
-		require.ErrorIs(t, err5, ipam.ErrExhausted, "o5: o4 took the only free address")
-	} else {
-		require.ErrorIs(t, err, ipam.ErrExhausted, "o4: o5 took the only free address")
-		require.NoError(t, err5)
-		winner, wc = "o5", c5
-	}
-	require.Equal(t, threeAddr(2), wc.Address.Addr())
-	sc, err := base.Get(ctx, "three", threeAddr(2))
-	require.NoError(t, err)
-	require.Equal(t, winner, sc.Owner.UID)
-	if winner == "o4" {
-		return // the checks below are about o5 holding .2
-	}
+	c4, err4 := concAllocOne(ctx, a, "o4")
+	require.NotNil(t, wait, "precondition: Allocate(o4) in a full pool reloaded it from the store")
+	wait()
 
-	// The checks below go on after a failure, to show every consequence.
-	cs, err := a.Lookup(ctx, store.Owner{UID: "o5"})
-	require.NoError(t, err)
-	assert.Len(t, cs, 1, "Lookup(o5) on the Allocator that just served it: the reload dropped the new claim from its index")
-
-	require.NoError(t, a.Release(ctx, store.Owner{UID: "o5"}))
-	_, err = base.Get(ctx, "three", threeAddr(2))
-	assert.ErrorIs(t, err, store.ErrNotFound, "Release(o5) returned nil but its claim on .2 is still in the store")
+	served := map[string]ipam.IPConfig{}
+	for uid, r := range map[string]struct {
+		c   ipam.IPConfig
+		err error
+	}{"o4": {c4, err4}, "o5": {c5, err5}} {
+		if r.err != nil {
+			require.ErrorIs(t, r.err, ipam.ErrExhausted, uid)
+		} else {
+			served[uid] = r.c
+		}
+	}
+	require.Len(t, served, 1, "one address was free: exactly one of o4 and o5 gets it")
+	for uid, c := range served {
+		require.Equal(t, threeAddr(2), c.Address.Addr(), uid)
+		// The checks below go on after a failure, to show every consequence.
+		concCheckServed(t, ctx, a, base, uid, c)
+		require.NoError(t, a.Release(ctx, store.Owner{UID: uid}))
+		_, err = base.Get(ctx, "three", threeAddr(2))
+		assert.ErrorIs(t, err, store.ErrNotFound, "Release(%s) returned nil but its claim on .2 is still in the store", uid)
+	}
 }
 
 // TestConcurrentAllocateDuringRelease serves an owner, through an Allocator,
-// with the address that the same Allocator is releasing for another owner:
-// the serving call reloads the pool (it looked exhausted) after the release's
-// Delete and before the release updates the index. The release must not erase
-// the new claim from the index; if it does, Lookup misses the new claim, a
-// later reload records it twice, a ReleaseIP removes only one record, and the
-// owner is given back an address no longer claimed in the Store.
+// from inside the Delete of the same Allocator's release of another owner, so
+// that it may get the address being released. The release must not erase the
+// new claim from the index; if it does, Lookup misses the new claim, a later
+// reload records it twice, a ReleaseIP removes only one record, and the owner
+// is given back an address no longer claimed in the Store.
 func TestConcurrentAllocateDuringRelease(t *testing.T) {
 	ctx := context.Background()
 	cat := concCatalog(t, threeAddrPool)
@@ -858,34 +877,25 @@ func TestConcurrentAllocateDuringRelease(t *testing.T) {
 		require.NoError(t, err)
 	}
 
-	// Releasing o1's .2: right after the Delete, o5 asks the same Allocator,
-	// finds the pool full in its index, reloads, and gets .2.
+	// Releasing o1's .2: right after the Delete, another goroutine asks the
+	// same Allocator for o5; it finds the pool full, reloads, and gets .2.
+	var wait func()
 	var c5 ipam.IPConfig
-	ran := false
+	var err5 error
 	hs.setDeleteHook(func() {
-		ran = true
-		done := make(chan error)
-		go func() {
-			var err error
-			c5, err = concAllocOne(ctx, a, "o5")
-			done <- err
-		}()
-		require.NoError(t, <-done)
+		wait = concStartAndWait(func() { c5, err5 = concAllocOne(ctx, a, "o5") })
 	})
 	require.NoError(t, a.Release(ctx, store.Owner{UID: "o1"}))
-	require.True(t, ran, "precondition: Release(o1) deleted through the store")
+	require.NotNil(t, wait, "precondition: Release(o1) deleted through the store")
+	wait()
+	require.NoError(t, err5, "o5 asked after .2 was deleted")
 	require.Equal(t, threeAddr(2), c5.Address.Addr())
-	sc, err := base.Get(ctx, "three", threeAddr(2))
-	require.NoError(t, err)
-	require.Equal(t, "o5", sc.Owner.UID, "precondition: the store has o5's claim on .2")
 
 	// The checks below go on after a failure, to show every consequence.
-	cs, err := a.Lookup(ctx, store.Owner{UID: "o5"})
-	require.NoError(t, err)
-	assert.Len(t, cs, 1, "Lookup(o5) right after o5 was served: the release erased o5's new claim from the index")
+	concCheckServed(t, ctx, a, base, "o5", c5)
 
 	// The pool is full: o6 fails (and its reload re-reads o5's claim).
-	_, err = concAllocOne(ctx, a, "o6")
+	_, err := concAllocOne(ctx, a, "o6")
 	require.ErrorIs(t, err, ipam.ErrExhausted)
 	// An operator frees .2.
 	require.NoError(t, a.ReleaseIP(ctx, "three", threeAddr(2)))
@@ -895,10 +905,7 @@ func TestConcurrentAllocateDuringRelease(t *testing.T) {
 	// o5 asks again: it holds nothing now, so whatever it gets must be claimed.
 	c, err := concAllocOne(ctx, a, "o5")
 	require.NoError(t, err, "o5 asks again with .2 free")
-	sc, err = base.Get(ctx, "three", c.Address.Addr())
-	if assert.NoError(t, err, "Allocate(o5) returned %s (reused %v), which is not claimed in the store", c.Address, c.Reused) {
-		assert.Equal(t, "o5", sc.Owner.UID)
-	}
+	concCheckServed(t, ctx, a, base, "o5", c)
 	c7, err := concAllocOne(ctx, b, "o7")
 	if err == nil {
 		assert.NotEqual(t, c.Address.Addr().String(), c7.Address.Addr().String(), "o5 and o7 were both given the same address")
