@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"net/netip"
 )
@@ -13,12 +14,7 @@ var u128Max = u128{^uint64(0), ^uint64(0)}
 
 func u128From(a netip.Addr) u128 {
 	b := a.As16()
-	return u128{
-		hi: uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
-			uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7]),
-		lo: uint64(b[8])<<56 | uint64(b[9])<<48 | uint64(b[10])<<40 | uint64(b[11])<<32 |
-			uint64(b[12])<<24 | uint64(b[13])<<16 | uint64(b[14])<<8 | uint64(b[15]),
-	}
+	return u128{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:])}
 }
 
 // addr converts u back to an address; is4 selects the IPv4 form.
@@ -28,10 +24,8 @@ func (u u128) addr(is4 bool) netip.Addr {
 		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 	}
 	var b [16]byte
-	for i := 0; i < 8; i++ {
-		b[i] = byte(u.hi >> (56 - 8*i))
-		b[8+i] = byte(u.lo >> (56 - 8*i))
-	}
+	binary.BigEndian.PutUint64(b[:8], u.hi)
+	binary.BigEndian.PutUint64(b[8:], u.lo)
 	return netip.AddrFrom16(b)
 }
 

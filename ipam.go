@@ -690,7 +690,7 @@ func (a *Allocator) load(ctx context.Context, idx *poolIndex, p *Pool, now time.
 	}
 	idx.rebuild(p, lay, claims, now)
 	if cursor.IsValid() {
-		idx.cursor = cursor
+		idx.cursor, idx.nextLay = cursor, nil
 	}
 	a.registerOwners(idx, nil, claims)
 	return nil
@@ -905,6 +905,8 @@ type poolIndex struct {
 	tree     *usedTree
 	claims   map[netip.Addr]claimRec
 	cursor   netip.Addr
+	next     u128    // where round-robin resumes: the ordinal after cursor
+	nextLay  *layout // the layout next is an ordinal of; nil: work it out
 	lastSync time.Time
 }
 
@@ -957,12 +959,12 @@ func (idx *poolIndex) reserve(want netip.Addr) (netip.Addr, bool) {
 		if !ok || !idx.tree.set(o) {
 			return netip.Addr{}, false
 		}
-		idx.cursor = want
+		idx.cursor, idx.next, idx.nextLay = want, o.addOne(), lay
 		return want, true
 	}
 	var start u128
-	if idx.cursor.IsValid() && d.pool.Strategy == RoundRobin {
-		start, _ = lay.after(idx.cursor)
+	if d.pool.Strategy == RoundRobin {
+		start = idx.nextOrd(lay)
 	}
 	o, ok := idx.tree.pick(lay.total, start, d.pool.Strategy)
 	if !ok {
@@ -970,8 +972,24 @@ func (idx *poolIndex) reserve(want netip.Addr) (netip.Addr, bool) {
 	}
 	idx.tree.set(o)
 	ip, _ := lay.addr(o)
-	idx.cursor = ip
+	idx.cursor, idx.next, idx.nextLay = ip, o.addOne(), lay
 	return ip, true
+}
+
+// nextOrd returns the ordinal a round-robin search starts from: just after
+// the cursor. It is kept as an ordinal after each reservation, and worked out
+// from the cursor address only when the cursor was set otherwise (loaded from
+// the Store, a requested address) or the layout changed. Called with mu held.
+func (idx *poolIndex) nextOrd(lay *layout) u128 {
+	if idx.nextLay == lay {
+		return idx.next
+	}
+	var start u128
+	if idx.cursor.IsValid() {
+		start, _ = lay.after(idx.cursor)
+	}
+	idx.next, idx.nextLay = start, lay
+	return start
 }
 
 // unreserve undoes reserve after a failed Create.

@@ -91,6 +91,10 @@ func (l *layout) ordinal(ip netip.Addr) (u128, bool) {
 
 // segAt returns the index of the segment holding ip.
 func (l *layout) segAt(ip netip.Addr) (int, bool) {
+	if len(l.segs) == 1 {
+		s := l.segs[0]
+		return 0, !ip.Less(s.from) && !s.to.Less(ip)
+	}
 	k, _ := slices.BinarySearchFunc(l.byAddr, ip, func(si int, ip netip.Addr) int {
 		s := l.segs[si]
 		if s.to.Less(ip) {
@@ -113,9 +117,13 @@ func (l *layout) segAt(ip netip.Addr) (int, bool) {
 // addr returns the address of ordinal o < total, and the range it is in.
 func (l *layout) addr(o u128) (netip.Addr, int) {
 	// The last segment whose base <= o.
-	i, found := slices.BinarySearchFunc(l.segs, o, func(s segment, o u128) int { return s.base.cmp(o) })
-	if !found {
-		i--
+	i := 0
+	if len(l.segs) > 1 {
+		var found bool
+		i, found = slices.BinarySearchFunc(l.segs, o, func(s segment, o u128) int { return s.base.cmp(o) })
+		if !found {
+			i--
+		}
 	}
 	s := l.segs[i]
 	return u128From(s.from).add(o.sub(s.base)).addr(l.is4), s.rng
