@@ -498,7 +498,7 @@ func (a *Allocator) stillHeld(ctx context.Context, idx *poolIndex, ip netip.Addr
 	c, err := a.store.Get(ctx, idx.name, ip)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		idx.forgetIf(ip, id)
+		idx.forget(ip, func(r claimRec) bool { return identity(r.owner) == id })
 		a.dropHolding(id, idx, ip)
 		return false, nil
 	case err != nil:
@@ -859,7 +859,7 @@ func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.A
 		if !known {
 			got, err := a.store.Get(ctx, idx.name, ip)
 			if errors.Is(err, store.ErrNotFound) {
-				idx.forget(ip)
+				idx.forget(ip, nil)
 				if only != (ownerID{}) {
 					a.dropHolding(only, idx, ip)
 				}
@@ -882,7 +882,7 @@ func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.A
 		case err == nil || errors.Is(err, store.ErrNotFound):
 			// Only this revision is gone: a newer claim on ip, made since by
 			// someone else, stays in the index.
-			idx.forgetRev(ip, c.Revision)
+			idx.forget(ip, func(r claimRec) bool { return r.rev == c.Revision })
 			a.dropHolding(identity(c.Owner), idx, ip)
 			return nil
 		case errors.Is(err, store.ErrConflict) && attempt < 3:
@@ -1024,39 +1024,18 @@ func (idx *poolIndex) commit(c store.Claim) {
 	}
 }
 
-// forget records that ip is no longer claimed.
-func (idx *poolIndex) forget(ip netip.Addr) {
+// forget records that ip is no longer claimed. If match is not nil and the
+// index knows a claim on ip that match rejects (a newer claim, made since by
+// someone else), that claim is kept.
+func (idx *poolIndex) forget(ip netip.Addr, match func(claimRec) bool) {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
-	delete(idx.claims, ip)
-	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
-		idx.tree.clear(o)
-	}
-}
-
-// forgetRev forgets ip unless the index knows a claim on it of another
-// revision (a newer claim made since).
-func (idx *poolIndex) forgetRev(ip netip.Addr, rev int64) {
-	idx.mu.Lock()
-	defer idx.mu.Unlock()
-	if rec, ok := idx.claims[ip]; ok && rec.rev != rev {
+	if rec, ok := idx.claims[ip]; ok && match != nil && !match(rec) {
 		return
 	}
 	delete(idx.claims, ip)
 	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
 		idx.tree.clear(o)
-	}
-}
-
-// forgetIf forgets ip if the index has it as id's.
-func (idx *poolIndex) forgetIf(ip netip.Addr, id ownerID) {
-	idx.mu.Lock()
-	defer idx.mu.Unlock()
-	if rec, ok := idx.claims[ip]; ok && identity(rec.owner) == id {
-		delete(idx.claims, ip)
-		if o, ok := idx.def.Load().layout.ordinal(ip); ok {
-			idx.tree.clear(o)
-		}
 	}
 }
 
