@@ -694,6 +694,17 @@ func (s *concHookStore) setHook(f func()) { s.onList.Store(&f) }
 // setDeleteHook sets the hook run after the next Delete.
 func (s *concHookStore) setDeleteHook(f func()) { s.onDelete.Store(&f) }
 
+// threeAddrAllocators returns a memstore, the same store behind a hook, an
+// Allocator on the hooked store and a second Allocator on the plain one, both
+// serving threeAddrPool and reloading whenever a pool looks full.
+func threeAddrAllocators(t *testing.T) (*memstore.Store, *concHookStore, *ipam.Allocator, *ipam.Allocator) {
+	t.Helper()
+	cat := concCatalog(t, threeAddrPool)
+	base := memstore.New()
+	hs := &concHookStore{Store: base}
+	return base, hs, concAllocator(t, cat, hs, time.Nanosecond), concAllocator(t, cat, base.Open(), time.Nanosecond)
+}
+
 // threeAddrPool has .2, .3 and .4.
 const threeAddrPool = `{"name":"three","ranges":[{"subnet":"10.5.0.0/29","rangeEnd":"10.5.0.4"}]}`
 
@@ -749,11 +760,7 @@ func concCheckServed(t *testing.T, ctx context.Context, a *ipam.Allocator, st st
 // claim in the Store, where another Allocator can hand it to someone else.
 func TestConcurrentReleaseDuringReload(t *testing.T) {
 	ctx := context.Background()
-	cat := concCatalog(t, threeAddrPool)
-	base := memstore.New()
-	hs := &concHookStore{Store: base}
-	a := concAllocator(t, cat, hs, time.Nanosecond)
-	b := concAllocator(t, cat, base.Open(), time.Nanosecond)
+	base, hs, a, b := threeAddrAllocators(t)
 	for i, uid := range []string{"o1", "o2", "o3"} {
 		c, err := concAllocOne(ctx, a, uid)
 		require.NoError(t, err)
@@ -811,11 +818,7 @@ func TestConcurrentReleaseDuringReload(t *testing.T) {
 // index, and Release then leaks it in the Store.
 func TestConcurrentAllocateDuringReload(t *testing.T) {
 	ctx := context.Background()
-	cat := concCatalog(t, threeAddrPool)
-	base := memstore.New()
-	hs := &concHookStore{Store: base}
-	a := concAllocator(t, cat, hs, time.Nanosecond)
-	b := concAllocator(t, cat, base.Open(), time.Nanosecond)
+	base, hs, a, b := threeAddrAllocators(t)
 	for _, uid := range []string{"o1", "o2", "o3"} {
 		_, err := concAllocOne(ctx, a, uid)
 		require.NoError(t, err)
@@ -867,11 +870,7 @@ func TestConcurrentAllocateDuringReload(t *testing.T) {
 // is given back an address no longer claimed in the Store.
 func TestConcurrentAllocateDuringRelease(t *testing.T) {
 	ctx := context.Background()
-	cat := concCatalog(t, threeAddrPool)
-	base := memstore.New()
-	hs := &concHookStore{Store: base}
-	a := concAllocator(t, cat, hs, time.Nanosecond)
-	b := concAllocator(t, cat, base.Open(), time.Nanosecond)
+	base, hs, a, b := threeAddrAllocators(t)
 	for _, uid := range []string{"o1", "o2", "o3"} {
 		_, err := concAllocOne(ctx, a, uid)
 		require.NoError(t, err)
