@@ -498,7 +498,7 @@ func (a *Allocator) stillHeld(ctx context.Context, idx *poolIndex, ip netip.Addr
 	c, err := a.store.Get(ctx, idx.name, ip)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		idx.forget(ip, func(r claimRec) bool { return identity(r.owner) == id })
+		idx.forget(ip)
 		a.dropHolding(id, idx, ip)
 		return false, nil
 	case err != nil:
@@ -674,10 +674,8 @@ func (a *Allocator) load(ctx context.Context, idx *poolIndex, p *Pool, now time.
 	if d != nil && d.pool == p {
 		return nil
 	}
-	if d != nil {
-		idx.rebuild(p, lay, nil, now)
-		return nil
-	}
+	// A new pool, or a new definition of one: the index holds no claims of its
+	// own, so the used addresses come from the Store.
 	claims, err := a.store.List(ctx, idx.name)
 	if err != nil {
 		return fmt.Errorf("listing claims of pool %q: %w", idx.name, err)
@@ -689,10 +687,10 @@ func (a *Allocator) load(ctx context.Context, idx *poolIndex, p *Pool, now time.
 		}
 	}
 	idx.rebuild(p, lay, claims, now)
-	if cursor.IsValid() {
+	if d == nil && cursor.IsValid() {
 		idx.cursor, idx.nextLay = cursor, nil
 	}
-	a.registerOwners(idx, nil, claims)
+	a.registerOwners(idx, claims)
 	return nil
 }
 
@@ -706,20 +704,33 @@ func (a *Allocator) reload(ctx context.Context, idx *poolIndex, now time.Time) e
 	if err != nil {
 		return err
 	}
-	old := idx.claims
 	d := idx.def.Load()
 	idx.rebuild(d.pool, d.layout, claims, now)
-	a.registerOwners(idx, old, claims)
+	a.registerOwners(idx, claims)
 	return nil
 }
 
-// registerOwners replaces the owner index entries of idx: those of old claims go,
-// those of claims come.
-func (a *Allocator) registerOwners(idx *poolIndex, old map[netip.Addr]claimRec, claims []store.Claim) {
+// registerOwners replaces the owner index entries of idx with those of claims.
+// It walks every owner, so it is for loads and reloads, not for each claim.
+func (a *Allocator) registerOwners(idx *poolIndex, claims []store.Claim) {
 	a.omu.Lock()
 	defer a.omu.Unlock()
-	for ip, rec := range old {
-		a.dropHoldingLocked(identity(rec.owner), idx, ip)
+	for id, hs := range a.owners {
+		changed := false
+		for i := 0; i < hs.n; {
+			if hs.at(i).pool == idx {
+				hs.remove(i)
+				changed = true
+				continue
+			}
+			i++
+		}
+		switch {
+		case hs.n == 0:
+			delete(a.owners, id)
+		case changed:
+			a.owners[id] = hs
+		}
 	}
 	for _, c := range claims {
 		id := identity(c.Owner)
@@ -839,36 +850,31 @@ func (a *Allocator) ReleaseIP(ctx context.Context, pool string, ip netip.Addr) e
 	if err != nil {
 		return err
 	}
-	if _, ok := idx.claim(ip); !ok {
-		if _, err := a.store.Get(ctx, pool, ip); err != nil {
-			if errors.Is(err, store.ErrNotFound) {
-				return fmt.Errorf("pool %q: %s: %w", pool, ip, ErrNotFound)
-			}
-			return err
+	if _, err := a.store.Get(ctx, pool, ip); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			idx.forget(ip)
+			return fmt.Errorf("pool %q: %s: %w", pool, ip, ErrNotFound)
 		}
+		return err
 	}
 	return a.releaseClaim(ctx, idx, ip, ownerID{})
 }
 
-// releaseClaim deletes the claim on ip, revision-checked. If only is set, the
-// claim is released only while that identity holds it. The index is updated to
-// what the Store says.
+// releaseClaim deletes the claim on ip, revision-checked against what the
+// Store says now. If only is set, the claim is released only while that
+// identity holds it. The index is updated to what the Store says.
 func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.Addr, only ownerID) error {
-	c, known := idx.claim(ip)
 	for attempt := 0; ; attempt++ {
-		if !known {
-			got, err := a.store.Get(ctx, idx.name, ip)
-			if errors.Is(err, store.ErrNotFound) {
-				idx.forget(ip, nil)
-				if only != (ownerID{}) {
-					a.dropHolding(only, idx, ip)
-				}
-				return nil
+		c, err := a.store.Get(ctx, idx.name, ip)
+		if errors.Is(err, store.ErrNotFound) {
+			idx.forget(ip)
+			if only != (ownerID{}) {
+				a.dropHolding(only, idx, ip)
 			}
-			if err != nil {
-				return fmt.Errorf("pool %q: releasing %s: %w", idx.name, ip, err)
-			}
-			c = got
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("pool %q: releasing %s: %w", idx.name, ip, err)
 		}
 		if only != (ownerID{}) && identity(c.Owner) != only {
 			// Someone else holds it now: learn that, release nothing.
@@ -877,24 +883,24 @@ func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.A
 			a.addHolding(idx, c)
 			return nil
 		}
-		err := a.store.Delete(ctx, idx.name, ip, c.Revision)
+		err = a.store.Delete(ctx, idx.name, ip, c.Revision)
 		switch {
 		case err == nil || errors.Is(err, store.ErrNotFound):
-			// Only this revision is gone: a newer claim on ip, made since by
-			// someone else, stays in the index.
-			idx.forget(ip, func(r claimRec) bool { return r.rev == c.Revision })
+			// If someone claimed ip again since, the index may now call it
+			// free: the Store refuses a second claim, and the index learns.
+			idx.forget(ip)
 			a.dropHolding(identity(c.Owner), idx, ip)
 			return nil
 		case errors.Is(err, store.ErrConflict) && attempt < 3:
-			known = false // re-read and decide again
+			// Changed since we read it: read again and decide again.
 		default:
 			return fmt.Errorf("pool %q: releasing %s: %w", idx.name, ip, err)
 		}
 	}
 }
 
-// poolIndex is the Allocator's view of one pool: its layout, which ordinals are
-// used, and the claims it knows.
+// poolIndex is the Allocator's view of one pool: its layout and which ordinals
+// are used. It keeps no claim records: the Store has those.
 type poolIndex struct {
 	name string
 	// def is the definition and layout in force; written under mu, read
@@ -903,7 +909,6 @@ type poolIndex struct {
 
 	mu       sync.Mutex
 	tree     *usedTree
-	claims   map[netip.Addr]claimRec
 	cursor   netip.Addr
 	next     u128    // where round-robin resumes: the ordinal after cursor
 	nextLay  *layout // the layout next is an ordinal of; nil: work it out
@@ -916,32 +921,20 @@ type poolDef struct {
 	layout *layout
 }
 
-// claimRec is what the index keeps of a claim: enough to release it.
-type claimRec struct {
-	rev   int64
-	owner store.Owner
-}
-
 func (idx *poolIndex) describe() string {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
 	return idx.def.Load().layout.describe(idx.tree)
 }
 
-// rebuild installs definition p with layout lay; claims, when non-nil, replace
-// the known claims. Called with mu held.
+// rebuild installs definition p with layout lay, marking the claims used.
+// Called with mu held.
 func (idx *poolIndex) rebuild(p *Pool, lay *layout, claims []store.Claim, now time.Time) {
 	idx.def.Store(&poolDef{pool: p, layout: lay})
-	if claims != nil || idx.claims == nil {
-		idx.claims = make(map[netip.Addr]claimRec, len(claims))
-		for _, c := range claims {
-			idx.claims[c.IP] = claimRec{rev: c.Revision, owner: c.Owner}
-		}
-		idx.lastSync = now
-	}
+	idx.lastSync = now
 	idx.tree = newUsedTree(lay.levels)
-	for ip := range idx.claims {
-		if o, ok := lay.ordinal(ip); ok {
+	for _, c := range claims {
+		if o, ok := lay.ordinal(c.IP); ok {
 			idx.tree.set(o)
 		}
 	}
@@ -994,14 +987,7 @@ func (idx *poolIndex) nextOrd(lay *layout) u128 {
 
 // unreserve undoes reserve after a failed Create.
 func (idx *poolIndex) unreserve(ip netip.Addr) {
-	idx.mu.Lock()
-	defer idx.mu.Unlock()
-	if _, claimed := idx.claims[ip]; claimed {
-		return
-	}
-	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
-		idx.tree.clear(o)
-	}
+	idx.forget(ip)
 }
 
 // learnTaken records that the Store already had a claim on ip.
@@ -1016,38 +1002,16 @@ func (idx *poolIndex) learnTaken(ip netip.Addr) {
 // commit records a claim the Store now holds. The address was reserved, or is
 // someone else's claim just learnt.
 func (idx *poolIndex) commit(c store.Claim) {
-	idx.mu.Lock()
-	defer idx.mu.Unlock()
-	idx.claims[c.IP] = claimRec{rev: c.Revision, owner: c.Owner}
-	if o, ok := idx.def.Load().layout.ordinal(c.IP); ok {
-		idx.tree.set(o)
-	}
+	idx.learnTaken(c.IP)
 }
 
-// forget records that ip is no longer claimed. If match is not nil and the
-// index knows a claim on ip that match rejects (a newer claim, made since by
-// someone else), that claim is kept.
-func (idx *poolIndex) forget(ip netip.Addr, match func(claimRec) bool) {
+// forget records that ip is no longer claimed.
+func (idx *poolIndex) forget(ip netip.Addr) {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
-	if rec, ok := idx.claims[ip]; ok && match != nil && !match(rec) {
-		return
-	}
-	delete(idx.claims, ip)
 	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
 		idx.tree.clear(o)
 	}
-}
-
-// claim returns what the index knows of the claim on ip (no Time).
-func (idx *poolIndex) claim(ip netip.Addr) (store.Claim, bool) {
-	idx.mu.Lock()
-	defer idx.mu.Unlock()
-	rec, ok := idx.claims[ip]
-	if !ok {
-		return store.Claim{}, false
-	}
-	return store.Claim{Pool: idx.name, IP: ip, Owner: rec.owner, Revision: rec.rev}, true
 }
 
 func (idx *poolIndex) dueResync(now time.Time, every time.Duration) bool {
