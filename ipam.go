@@ -524,6 +524,16 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 		ip, ok := idx.reserve(want)
 		if !ok {
 			if want.IsValid() {
+				// The index says taken; the Store decides. If another Allocator
+				// released it, forget it and try once more.
+				if !resynced {
+					_, err := a.store.Get(ctx, idx.name, want)
+					if errors.Is(err, store.ErrNotFound) {
+						resynced = true
+						idx.forget(want)
+						continue
+					}
+				}
 				return netip.Addr{}, false, &AllocationError{Interface: iface, Pool: idx.name, IP: want, Err: ErrUnavailable,
 					Reason: fmt.Sprintf("requested IP address %s is not available in range set %s: already claimed", want, idx.def.Load().layout)}
 			}
