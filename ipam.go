@@ -550,6 +550,11 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 		c, err := a.store.Create(ctx, store.Claim{Pool: idx.name, IP: ip, Owner: owner, Time: now})
 		switch {
 		case err == nil:
+			// commit takes the pool's lock even when the mark is already there:
+			// that orders addHolding after any reload in progress, whose
+			// registerOwners would otherwise drop the new holding (a reload's
+			// List may predate this Create). Skipping it loses idempotency under
+			// TestConcurrentAllocators.
 			idx.commit(c)
 			if !a.addHolding(idx, c) {
 				// A concurrent call for the same owner won: give ours back.
