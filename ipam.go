@@ -558,7 +558,7 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 			idx.commit(c)
 			if !a.addHolding(idx, c) {
 				// A concurrent call for the same owner won: give ours back.
-				if err := a.releaseClaim(ctx, idx, c.IP, identity(owner)); err != nil {
+				if _, err := a.releaseClaim(ctx, idx, c.IP, identity(owner)); err != nil {
 					a.log.Warn("ipam: cannot release a duplicate claim", "pool", idx.name, "ip", c.IP, "err", err)
 				}
 				h, _ := a.held(identity(owner), iface, idx)
@@ -590,7 +590,7 @@ func (a *Allocator) rollback(ctx context.Context, tasks []task, claimed []int) {
 	ctx = context.WithoutCancel(ctx)
 	for _, i := range claimed {
 		t := &tasks[i]
-		if err := a.releaseClaim(ctx, t.idx, t.ip, ownerID{}); err != nil {
+		if _, err := a.releaseClaim(ctx, t.idx, t.ip, ownerID{}); err != nil {
 			a.log.Warn("ipam: rollback could not release", "pool", t.idx.name, "ip", t.ip, "err", err)
 		}
 	}
@@ -799,7 +799,7 @@ func (a *Allocator) ReleaseAt(ctx context.Context, owner store.Owner, now time.T
 	var buf [4]holding
 	var errs []error
 	for _, h := range a.lookup(id, owner.Interface, buf[:0]) {
-		if err := a.releaseClaim(ctx, h.pool, h.ip, id); err != nil {
+		if _, err := a.releaseClaim(ctx, h.pool, h.ip, id); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -865,20 +865,18 @@ func (a *Allocator) ReleaseIP(ctx context.Context, pool string, ip netip.Addr) e
 	if err != nil {
 		return err
 	}
-	if _, err := a.store.Get(ctx, pool, ip); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			idx.forget(ip)
-			return fmt.Errorf("pool %q: %s: %w", pool, ip, ErrNotFound)
-		}
-		return err
+	found, err := a.releaseClaim(ctx, idx, ip, ownerID{})
+	if err == nil && !found {
+		return fmt.Errorf("pool %q: %s: %w", pool, ip, ErrNotFound)
 	}
-	return a.releaseClaim(ctx, idx, ip, ownerID{})
+	return err
 }
 
 // releaseClaim deletes the claim on ip, revision-checked against what the
 // Store says now. If only is set, the claim is released only while that
-// identity holds it. The index is updated to what the Store says.
-func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.Addr, only ownerID) error {
+// identity holds it. The index is updated to what the Store says. found
+// reports whether the Store had a claim on ip at all.
+func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.Addr, only ownerID) (found bool, err error) {
 	for attempt := 0; ; attempt++ {
 		c, err := a.store.Get(ctx, idx.name, ip)
 		if errors.Is(err, store.ErrNotFound) {
@@ -886,17 +884,17 @@ func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.A
 			if only != (ownerID{}) {
 				a.dropHolding(only, idx, ip)
 			}
-			return nil
+			return false, nil
 		}
 		if err != nil {
-			return fmt.Errorf("pool %q: releasing %s: %w", idx.name, ip, err)
+			return false, fmt.Errorf("pool %q: releasing %s: %w", idx.name, ip, err)
 		}
 		if only != (ownerID{}) && identity(c.Owner) != only {
 			// Someone else holds it now: learn that, release nothing.
 			a.dropHolding(only, idx, ip)
 			idx.commit(c)
 			a.addHolding(idx, c)
-			return nil
+			return true, nil
 		}
 		err = a.store.Delete(ctx, idx.name, ip, c.Revision)
 		switch {
@@ -905,11 +903,11 @@ func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.A
 			// free: the Store refuses a second claim, and the index learns.
 			idx.forget(ip)
 			a.dropHolding(identity(c.Owner), idx, ip)
-			return nil
+			return true, nil
 		case errors.Is(err, store.ErrConflict) && attempt < 3:
 			// Changed since we read it: read again and decide again.
 		default:
-			return fmt.Errorf("pool %q: releasing %s: %w", idx.name, ip, err)
+			return true, fmt.Errorf("pool %q: releasing %s: %w", idx.name, ip, err)
 		}
 	}
 }
