@@ -568,21 +568,19 @@ func (m *modelAlloc) releaseIP(pool string, ip netip.Addr) modelResult {
 
 // lookup is Lookup on the reference: sorted by pool, then address.
 func (m *modelAlloc) lookup(owner int) []modelHold {
-	out := []modelHold{}
-	for _, h := range m.holds {
-		if h.owner == owner {
-			out = append(out, h)
-		}
-	}
-	slices.SortFunc(out, compareModelHolds)
-	return out
+	return m.holdsWhere(func(h modelHold) bool { return h.owner == owner })
 }
 
 // claims returns the claims of pool, sorted by address.
 func (m *modelAlloc) claims(pool string) []modelHold {
+	return m.holdsWhere(func(h modelHold) bool { return h.pool == pool })
+}
+
+// holdsWhere returns the holdings keep selects, sorted by pool and address.
+func (m *modelAlloc) holdsWhere(keep func(modelHold) bool) []modelHold {
 	out := []modelHold{}
 	for _, h := range m.holds {
-		if h.pool == pool {
+		if keep(h) {
 			out = append(out, h)
 		}
 	}
