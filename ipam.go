@@ -45,8 +45,11 @@ func (o Options) Validate() error {
 // Request asks for addresses for one pod or container.
 //
 // The owner is identified by UID when set, otherwise by ContainerID: asking again
-// with the same identity and interface returns what it already holds. The zero
-// Request is invalid.
+// with the same identity and interface returns what it already holds. The pod's
+// labels, node, namespace and annotations feed Spiderpool's pool selection (see
+// Select and Filter); a request whose interfaces name their pools directly needs
+// none of them. The zero Request is invalid. A Request is read, never written,
+// by the Allocator.
 type Request struct {
 	// Namespace, Name and UID identify the pod; UID is the owner identity.
 	Namespace string
@@ -54,8 +57,41 @@ type Request struct {
 	UID       string
 	// ContainerID identifies the owner when UID is empty (host-local's identity).
 	ContainerID string
-	// Interfaces lists the interfaces to serve, each with its pools.
+
+	// Labels and Annotations are the pod's. Annotations carry the
+	// ipam.spidernet.io/ippool(s) and subnet(s) pool choices.
+	Labels      map[string]string
+	Annotations map[string]string
+	// Node is the name of the pod's node, NodeLabels its labels.
+	Node       string
+	NodeLabels map[string]string
+	// NamespaceLabels and NamespaceAnnotations are those of the pod's namespace;
+	// the annotations carry ipam.spidernet.io/default-ipv4-ippool and -ipv6-.
+	NamespaceLabels      map[string]string
+	NamespaceAnnotations map[string]string
+	// NetConf is the CNI network config's pool defaults.
+	NetConf NetConf
+
+	// Interfaces lists the interfaces to serve.
 	Interfaces []Interface
+}
+
+// NetConf holds the pool-selection fields of a Spiderpool-style CNI network
+// config ("ipam" section). The zero NetConf names no pools.
+type NetConf struct {
+	DefaultIPv4Pools []string `json:"default_ipv4_ippool,omitempty"`
+	DefaultIPv6Pools []string `json:"default_ipv6_ippool,omitempty"`
+	// CleanGateway drops the default route through the pool gateway, unless an
+	// ipam.spidernet.io/ippools entry says otherwise for its interface.
+	CleanGateway bool `json:"clean_gateway,omitempty"`
+	// DisableIPv4 and DisableIPv6 drop the candidates of that family, as the
+	// Spiderpool agent's enableIPv4/enableIPv6 do.
+	DisableIPv4 bool `json:"-"`
+	DisableIPv6 bool `json:"-"`
+	// ClusterNetwork is the Multus cluster network ("ns/name") that serves the
+	// first interface when the pod's v1.multus-cni.io/default-network
+	// annotation is absent (the agent's MULTUS_CLUSTER_NETWORK).
+	ClusterNetwork string `json:"-"`
 }
 
 // Interface asks for the addresses of one network interface.
@@ -63,12 +99,18 @@ type Interface struct {
 	// Name is the interface name in the pod, such as "eth0". Required.
 	Name string
 	// Pools names the pools to allocate from: one address from each, in order,
-	// all or nothing (host-local's range sets).
+	// all or nothing (host-local's range sets). Empty means: select them from
+	// the pod's annotations, its namespace, NetConf and the cluster defaults.
 	Pools []string
 	// IPs are requested addresses. Each must lie in one of Pools (host-local's
 	// Contains rule: in a range, between start and end); each pool serves at
 	// most one of them, and the others get a dynamic address.
 	IPs []netip.Addr
+	// Network is the Multus network ("namespace/name" of the
+	// NetworkAttachmentDefinition) behind this interface, matched against a
+	// pool's multusName. Empty means: work it out from the pod's Multus
+	// annotations and NetConf.ClusterNetwork.
+	Network string
 }
 
 // Result lists the addresses a request got, in interface order and, within an
@@ -104,16 +146,13 @@ const (
 	StatusFailed    Status = "failed"
 )
 
-// SourceRequest is the TraceEntry source of a pool named by the request itself.
-const SourceRequest = "request"
-
 // TraceEntry records one pool considered for one interface and IP family.
 type TraceEntry struct {
 	Interface string
 	Family    int
 	Pool      string
 	// Source is the rule that made the pool a candidate.
-	Source string
+	Source Source
 	Status Status
 	// Reason says why a pool was filtered, exhausted or failed.
 	Reason string
