@@ -32,6 +32,13 @@ var (
 	// ErrOwnerConflict is returned by Allocate when the owner already holds a
 	// different address in a pool than the one it now requests there.
 	ErrOwnerConflict = errors.New("owner already holds another address")
+	// ErrNoCandidates is returned (inside an *AllocationError) by Allocate when
+	// no rule of the candidate chain names a pool for an interface, or every
+	// candidate was filtered out or exhausted.
+	ErrNoCandidates = errors.New("no pool can serve")
+	// ErrNotSupported is returned by Select for pool choices the library does
+	// not implement yet (the SpiderSubnet annotations).
+	ErrNotSupported = errors.New("not supported yet")
 	// ErrConflict is store.ErrConflict: a revision-checked write lost a race. It
 	// is returned by ReleaseIP when the claim changed under it.
 	ErrConflict = store.ErrConflict
