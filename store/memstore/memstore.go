@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipamkit/ipam/store"
@@ -29,20 +30,23 @@ type Store struct {
 	b *backend
 }
 
-// backend is the data that Stores opened from one New share.
+// backend is the data that Stores opened from one New share. Its lock guards
+// only the set of pools; each pool has its own lock, so writes to different
+// pools do not wait for each other.
 type backend struct {
-	mu      sync.RWMutex
-	rev     int64 // last revision handed out; 0 before the first write
-	pools   map[string]*poolClaims
-	cursors map[string]netip.Addr
+	mu    sync.RWMutex
+	pools map[string]*poolClaims
+	rev   atomic.Int64 // last revision handed out; 0 before the first write
 }
 
-// poolClaims holds the claims of one pool, keyed by address. Pools are never
-// removed once created, so that the map keeps its capacity and a pool that is
-// drained and refilled does not allocate again.
+// poolClaims holds the claims and the cursor of one pool, keyed by address.
+// Pools are never removed once created, so that the map keeps its capacity and
+// a pool that is drained and refilled does not allocate again.
 type poolClaims struct {
 	name   string
+	mu     sync.Mutex
 	claims map[netip.Addr]record
+	cursor netip.Addr
 }
 
 // record is a stored claim without its pool and address, which are its keys.
@@ -60,12 +64,32 @@ func (p *poolClaims) claim(ip netip.Addr, r record) store.Claim {
 	return store.Claim{Pool: p.name, IP: ip, Owner: r.owner, Time: r.time, Revision: r.rev}
 }
 
+// pool returns the named pool, or nil if it has never been written.
+func (b *backend) pool(name string) *poolClaims {
+	b.mu.RLock()
+	p := b.pools[name]
+	b.mu.RUnlock()
+	return p
+}
+
+// poolForWrite returns the named pool, adding it if it is new.
+func (b *backend) poolForWrite(name string) *poolClaims {
+	if p := b.pool(name); p != nil {
+		return p
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.pools[name]
+	if p == nil {
+		p = &poolClaims{name: name, claims: make(map[netip.Addr]record)}
+		b.pools[name] = p
+	}
+	return p
+}
+
 // New returns an empty Store on a fresh backend of its own.
 func New() *Store {
-	return &Store{b: &backend{
-		pools:   make(map[string]*poolClaims),
-		cursors: make(map[string]netip.Addr),
-	}}
+	return &Store{b: &backend{pools: make(map[string]*poolClaims)}}
 }
 
 // Open returns a new, separate Store on the same backend as s: claims, cursors
@@ -83,17 +107,14 @@ func (s *Store) Get(ctx context.Context, pool string, ip netip.Addr) (store.Clai
 	if !ip.IsValid() {
 		return store.Claim{}, fmt.Errorf("memstore: get %s/%s: %w", pool, ip, errInvalidIP)
 	}
-	b := s.b
-	b.mu.RLock()
-	p := b.pools[pool]
-	if p != nil {
-		if r, ok := p.claims[ip]; ok {
-			c := p.claim(ip, r)
-			b.mu.RUnlock()
-			return c, nil
+	if p := s.b.pool(pool); p != nil {
+		p.mu.Lock()
+		r, ok := p.claims[ip]
+		p.mu.Unlock()
+		if ok {
+			return p.claim(ip, r), nil
 		}
 	}
-	b.mu.RUnlock()
 	return store.Claim{}, fmt.Errorf("memstore: get %s/%s: %w", pool, ip, store.ErrNotFound)
 }
 
@@ -104,13 +125,12 @@ func (s *Store) List(ctx context.Context, pool string) ([]store.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memstore: list %s: %w", pool, err)
 	}
-	b := s.b
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	p := b.pools[pool]
+	p := s.b.pool(pool)
 	if p == nil {
 		return []store.Claim{}, nil
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	out := make([]store.Claim, 0, len(p.claims))
 	for ip, r := range p.claims {
 		out = append(out, p.claim(ip, r))
@@ -131,21 +151,15 @@ func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) 
 	if err := c.Validate(); err != nil {
 		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, err)
 	}
-	b := s.b
-	b.mu.Lock()
-	p := b.pools[c.Pool]
-	if p == nil {
-		p = &poolClaims{name: c.Pool, claims: make(map[netip.Addr]record)}
-		b.pools[c.Pool] = p
-	}
+	p := s.b.poolForWrite(c.Pool)
+	p.mu.Lock()
 	if _, ok := p.claims[c.IP]; ok {
-		b.mu.Unlock()
+		p.mu.Unlock()
 		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, store.ErrExists)
 	}
-	b.rev++
-	c.Revision = b.rev
+	c.Revision = s.b.rev.Add(1)
 	p.claims[c.IP] = record{owner: c.Owner, time: c.Time, rev: c.Revision}
-	b.mu.Unlock()
+	p.mu.Unlock()
 	return c, nil
 }
 
@@ -161,29 +175,22 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 	if err := c.Validate(); err != nil {
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, err)
 	}
-	b := s.b
-	b.mu.Lock()
-	var (
-		cur record
-		ok  bool
-	)
-	p := b.pools[c.Pool]
-	if p != nil {
-		cur, ok = p.claims[c.IP]
+	p := s.b.pool(c.Pool)
+	if p == nil {
+		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, store.ErrNotFound)
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cur, ok := p.claims[c.IP]
 	if !ok {
-		b.mu.Unlock()
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, store.ErrNotFound)
 	}
 	if cur.rev != rev {
-		b.mu.Unlock()
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s at revision %d (current %d): %w",
 			c.Pool, c.IP, rev, cur.rev, store.ErrConflict)
 	}
-	b.rev++
-	c.Revision = b.rev
+	c.Revision = s.b.rev.Add(1)
 	p.claims[c.IP] = record{owner: c.Owner, time: c.Time, rev: c.Revision}
-	b.mu.Unlock()
 	return c, nil
 }
 
@@ -197,28 +204,22 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 	if !ip.IsValid() {
 		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, errInvalidIP)
 	}
-	b := s.b
-	b.mu.Lock()
-	var (
-		cur record
-		ok  bool
-	)
-	p := b.pools[pool]
-	if p != nil {
-		cur, ok = p.claims[ip]
+	p := s.b.pool(pool)
+	if p == nil {
+		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, store.ErrNotFound)
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cur, ok := p.claims[ip]
 	if !ok {
-		b.mu.Unlock()
 		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, store.ErrNotFound)
 	}
 	if cur.rev != rev {
-		b.mu.Unlock()
 		return fmt.Errorf("memstore: delete %s/%s at revision %d (current %d): %w",
 			pool, ip, rev, cur.rev, store.ErrConflict)
 	}
-	b.rev++
+	s.b.rev.Add(1)
 	delete(p.claims, ip)
-	b.mu.Unlock()
 	return nil
 }
 
@@ -228,11 +229,13 @@ func (s *Store) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
 	if err := ctx.Err(); err != nil {
 		return netip.Addr{}, fmt.Errorf("memstore: cursor %s: %w", pool, err)
 	}
-	b := s.b
-	b.mu.RLock()
-	ip := b.cursors[pool]
-	b.mu.RUnlock()
-	return ip, nil
+	p := s.b.pool(pool)
+	if p == nil {
+		return netip.Addr{}, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cursor, nil
 }
 
 // SetCursor records ip as the last address reserved in pool. Setting the zero
@@ -242,13 +245,9 @@ func (s *Store) SetCursor(ctx context.Context, pool string, ip netip.Addr) error
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: set cursor %s to %s: %w", pool, ip, err)
 	}
-	b := s.b
-	b.mu.Lock()
-	if ip.IsValid() {
-		b.cursors[pool] = ip
-	} else {
-		delete(b.cursors, pool)
-	}
-	b.mu.Unlock()
+	p := s.b.poolForWrite(pool)
+	p.mu.Lock()
+	p.cursor = ip
+	p.mu.Unlock()
 	return nil
 }
