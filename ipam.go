@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -177,7 +178,7 @@ type Allocator struct {
 	log     *slog.Logger
 	resync  time.Duration
 
-	pools sync.Map // string -> *poolIndex
+	pools indexMap
 
 	omu       sync.Mutex
 	owners    map[ownerID]holdings
@@ -560,7 +561,7 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 		if err := ctx.Err(); err != nil {
 			return netip.Addr{}, false, &AllocationError{Interface: iface, Pool: idx.name, Err: err, Reason: err.Error()}
 		}
-		ip, ok := idx.reserve(want)
+		ip, slot, ok := idx.reserve(want)
 		if !ok {
 			if want.IsValid() {
 				// The index says taken; the Store decides. If another Allocator
@@ -589,13 +590,7 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 		c, err := a.store.Create(ctx, store.Claim{Pool: idx.name, IP: ip, Owner: owner, Time: now})
 		switch {
 		case err == nil:
-			// commit takes the pool's lock even when the mark is already there:
-			// that orders addHolding after any reload in progress, whose
-			// registerOwners would otherwise drop the new holding (a reload's
-			// List may predate this Create). Skipping it loses idempotency under
-			// TestConcurrentAllocators.
-			idx.commit(c)
-			if !a.addHolding(idx, c) {
+			if !a.record(idx, c, slot) {
 				// A concurrent call for the same owner won: give ours back.
 				if _, err := a.releaseClaim(ctx, idx, c.IP, identity(owner)); err != nil {
 					a.log.Warn("ipam: cannot release a duplicate claim", "pool", idx.name, "ip", c.IP, "err", err)
@@ -633,6 +628,30 @@ func (a *Allocator) rollback(ctx context.Context, tasks []task, claimed []int) {
 			a.log.Warn("ipam: rollback could not release", "pool", t.idx.name, "ip", t.ip, "err", err)
 		}
 	}
+}
+
+// record marks a claim just created in idx's tree and adds it to the owner
+// index, as addHolding, with the pool's lock held throughout. The mark is
+// usually there already (reserve set it), but a reload in progress may be
+// rebuilding the tree from a List that predates the Create; holding the lock
+// orders this after that reload, whose registerOwners would otherwise drop the
+// new holding. Without it TestConcurrentAllocators loses idempotency.
+func (a *Allocator) record(idx *poolIndex, c store.Claim, at slot) bool {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	lay := idx.def.Load().layout
+	if at.lay == lay {
+		idx.tree.set(at.ord)
+	} else if o, ok := lay.ordinal(c.IP); ok {
+		idx.tree.set(o)
+	}
+	return a.addHolding(idx, c)
+}
+
+// slot is where reserve marked an address: its ordinal in a layout.
+type slot struct {
+	lay *layout
+	ord u128
 }
 
 // addHolding records a claim of idx in the owner index. It reports false if
@@ -680,9 +699,55 @@ func (a *Allocator) dropHoldingLocked(id ownerID, idx *poolIndex, ip netip.Addr)
 	}
 }
 
-func (a *Allocator) indexFor(name string) *poolIndex {
-	v, _ := a.pools.Load(name)
-	idx, _ := v.(*poolIndex)
+func (a *Allocator) indexFor(name string) *poolIndex { return a.pools.get(name) }
+
+// indexMap maps pool names to indexes. Most lookups read an immutable map
+// without a lock; new entries go to a small locked overlay, merged into a new
+// immutable map once it holds a quarter as many, so each entry is copied O(1)
+// times on average however many pools are added one by one.
+type indexMap struct {
+	read  atomic.Pointer[map[string]*poolIndex]
+	mu    sync.Mutex
+	dirty map[string]*poolIndex // entries not yet in read
+}
+
+func (m *indexMap) get(name string) *poolIndex {
+	if r := m.read.Load(); r != nil {
+		if idx, ok := (*r)[name]; ok {
+			return idx
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.dirty[name]
+}
+
+// add returns the index of the named pool, adding an empty one if none.
+func (m *indexMap) add(name string) *poolIndex {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var read map[string]*poolIndex
+	if r := m.read.Load(); r != nil {
+		read = *r
+	}
+	if idx := read[name]; idx != nil {
+		return idx
+	}
+	if idx := m.dirty[name]; idx != nil {
+		return idx
+	}
+	idx := &poolIndex{name: name}
+	if m.dirty == nil {
+		m.dirty = make(map[string]*poolIndex)
+	}
+	m.dirty[name] = idx
+	if len(m.dirty) >= len(read)/4+1 {
+		merged := make(map[string]*poolIndex, len(read)+len(m.dirty))
+		maps.Copy(merged, read)
+		maps.Copy(merged, m.dirty)
+		m.read.Store(&merged)
+		clear(m.dirty)
+	}
 	return idx
 }
 
@@ -695,8 +760,7 @@ func (a *Allocator) index(ctx context.Context, name string, now time.Time) (*poo
 	}
 	idx := a.indexFor(name)
 	if idx == nil {
-		v, _ := a.pools.LoadOrStore(name, &poolIndex{name: name})
-		idx = v.(*poolIndex)
+		idx = a.pools.add(name)
 	}
 	if d := idx.def.Load(); d != nil && d.pool == p {
 		return idx, nil
@@ -994,7 +1058,7 @@ func (idx *poolIndex) rebuild(p *Pool, lay *layout, claims []store.Claim, now ti
 
 // reserve marks an address used before it is created in the Store: want if
 // valid and free, else the next free one by the pool's strategy.
-func (idx *poolIndex) reserve(want netip.Addr) (netip.Addr, bool) {
+func (idx *poolIndex) reserve(want netip.Addr) (netip.Addr, slot, bool) {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
 	d := idx.def.Load()
@@ -1002,10 +1066,10 @@ func (idx *poolIndex) reserve(want netip.Addr) (netip.Addr, bool) {
 	if want.IsValid() {
 		o, ok := lay.ordinal(want)
 		if !ok || !idx.tree.set(o) {
-			return netip.Addr{}, false
+			return netip.Addr{}, slot{}, false
 		}
 		idx.cursor, idx.next, idx.nextLay = want, o.addOne(), lay
-		return want, true
+		return want, slot{lay, o}, true
 	}
 	var start u128
 	if d.pool.Strategy == RoundRobin {
@@ -1013,12 +1077,12 @@ func (idx *poolIndex) reserve(want netip.Addr) (netip.Addr, bool) {
 	}
 	o, ok := idx.tree.pick(lay.total, start, d.pool.Strategy)
 	if !ok {
-		return netip.Addr{}, false
+		return netip.Addr{}, slot{}, false
 	}
 	idx.tree.set(o)
 	ip, _ := lay.addr(o)
 	idx.cursor, idx.next, idx.nextLay = ip, o.addOne(), lay
-	return ip, true
+	return ip, slot{lay, o}, true
 }
 
 // nextOrd returns the ordinal a round-robin search starts from: just after
