@@ -18,13 +18,26 @@ type PoolSource interface {
 	Pools() iter.Seq[*Pool]
 }
 
-// Catalog is a fixed set of validated pools: the simplest PoolSource.
+// DefaultPoolSource is a PoolSource that lists its cluster default pools
+// (those with Default set) without a scan of every pool, as an informer
+// cache's index can. Select finds it by type assertion and, without it, scans
+// Pools. Implementations must be safe for concurrent use, as for PoolSource.
+type DefaultPoolSource interface {
+	PoolSource
+	// DefaultPools yields the pools with Default set, in the order Pools
+	// yields them.
+	DefaultPools() iter.Seq[*Pool]
+}
+
+// Catalog is a fixed set of validated pools: the simplest PoolSource. It is a
+// DefaultPoolSource.
 //
 // The zero Catalog has no pools. A Catalog is immutable after NewCatalog and
 // safe for concurrent use.
 type Catalog struct {
-	byName map[string]*Pool
-	order  []*Pool
+	byName   map[string]*Pool
+	order    []*Pool
+	defaults []*Pool // the pools with Default set, in order
 }
 
 // NewCatalog validates the pools, alone and against each other (see
@@ -37,6 +50,9 @@ func NewCatalog(pools ...*Pool) (*Catalog, error) {
 	c := &Catalog{byName: make(map[string]*Pool, len(pools)), order: slices.Clone(pools)}
 	for _, p := range pools {
 		c.byName[p.Name] = p
+		if p.Default {
+			c.defaults = append(c.defaults, p)
+		}
 	}
 	return c, nil
 }
@@ -51,6 +67,18 @@ func (c *Catalog) Pool(name string) (*Pool, bool) {
 func (c *Catalog) Pools() iter.Seq[*Pool] {
 	return func(yield func(*Pool) bool) {
 		for _, p := range c.order {
+			if !yield(p) {
+				return
+			}
+		}
+	}
+}
+
+// DefaultPools yields the pools with Default set, in the order they were
+// given, from an index built by NewCatalog.
+func (c *Catalog) DefaultPools() iter.Seq[*Pool] {
+	return func(yield func(*Pool) bool) {
+		for _, p := range c.defaults {
 			if !yield(p) {
 				return
 			}
