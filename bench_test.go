@@ -7,7 +7,10 @@ import (
 	"net/netip"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
+
+	"go4.org/netipx"
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/store"
@@ -197,4 +200,103 @@ func heapInUse() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// BenchmarkSelect measures a full Allocate through Spiderpool's chain: the
+// pools come from the pod's ipam.spidernet.io/ippool annotation or from the
+// cluster defaults, are filtered for the pod and sorted, then tried in order.
+//
+//   - annotation-10-of-N: the annotation names 10 pools of a catalogue of N;
+//     the first 9 in priority order are filtered (nodeName names another
+//     node), the 10th serves. Cost should follow the 10 candidates, not N.
+//   - defaults-1000-affinity: 1,000 cluster default pools, every one with a
+//     nodeAffinity, a namespaceAffinity and a podAffinity; the pod matches the
+//     affinities of one pool in ten.
+func BenchmarkSelect(b *testing.B) {
+	for _, n := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("annotation-10-of-%d", n), func(b *testing.B) {
+			pools := make([]*ipam.Pool, n)
+			for i := range pools {
+				pools[i] = spiderPool(i, "")
+			}
+			// Pools 0..8 are pinned to another node; pool 9 is the one that serves.
+			names := make([]string, 10)
+			for i := range names {
+				names[i] = pools[i*(n/10)].Name
+				if i < 9 {
+					pools[i*(n/10)].NodeName = []string{"other"}
+				}
+			}
+			anno := `{"ipv4":["` + strings.Join(names, `","`) + `"]}`
+			benchSelect(b, pools, func(k int) ipam.Request {
+				return ipam.Request{Namespace: "default", Name: "pod-" + strconv.Itoa(k), UID: "uid-" + strconv.Itoa(k), Node: "node1",
+					Annotations: map[string]string{ipam.AnnotationIPPool: anno},
+					Interfaces:  []ipam.Interface{{Name: "eth0"}}}
+			})
+		})
+	}
+	b.Run("defaults-1000-affinity", func(b *testing.B) {
+		pools := make([]*ipam.Pool, 1000)
+		for i := range pools {
+			zone := "z" + strconv.Itoa(i%10)
+			pools[i] = spiderPool(i, zone)
+			pools[i].Default = true
+		}
+		benchSelect(b, pools, func(k int) ipam.Request {
+			return ipam.Request{Namespace: "default", Name: "pod-" + strconv.Itoa(k), UID: "uid-" + strconv.Itoa(k), Node: "node1",
+				Labels:          map[string]string{"zone": "z3", "app": "web"},
+				NodeLabels:      map[string]string{"zone": "z3"},
+				NamespaceLabels: map[string]string{"zone": "z3"},
+				Interfaces:      []ipam.Interface{{Name: "eth0"}}}
+		})
+	})
+}
+
+// spiderPool returns SpiderIPPool-style pool i: a /24 of its own with a
+// gateway, and, if zone is set, node, namespace and pod affinities for it.
+func spiderPool(i int, zone string) *ipam.Pool {
+	pfx := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24)
+	p := &ipam.Pool{Name: fmt.Sprintf("pool-%05d", i), IPVersion: 4, Subnet: pfx,
+		IPs:     []netipx.IPRange{netipx.IPRangeFrom(pfx.Addr().Next().Next(), netipx.PrefixLastIP(pfx).Prev())},
+		Gateway: pfx.Addr().Next()}
+	if zone != "" {
+		sel := &ipam.LabelSelector{MatchLabels: map[string]string{"zone": zone}}
+		p.NodeAffinity, p.NamespaceAffinity, p.PodAffinity = sel, sel, sel
+	}
+	return p
+}
+
+func benchSelect(b *testing.B, pools []*ipam.Pool, request func(k int) ipam.Request) {
+	cat, err := ipam.NewCatalog(pools...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	alloc, err := ipam.NewAllocator(ipam.Options{Pools: cat})
+	if err != nil {
+		b.Fatal(err)
+	}
+	env := &benchEnv{alloc: alloc, held: make([]ipam.Result, window)}
+	for k := range window {
+		env.reqs = append(env.reqs, request(k))
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	k := 0
+	for b.Loop() {
+		res, err := alloc.Allocate(ctx, env.reqs[k])
+		if err != nil {
+			b.Fatal(err)
+		}
+		env.held[k] = res
+		k++
+		if k == window {
+			b.StopTimer()
+			env.releaseAll(b)
+			k = 0
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	env.held = env.held[:k]
+	env.releaseAll(b)
 }

@@ -106,6 +106,9 @@ func (fe *fieldErrors) err() error { return errors.Join(fe.errs...) }
 type AllocationError struct {
 	// Interface is the interface being served, such as "eth0".
 	Interface string
+	// Family is the IP family being served, 4 or 6, when the pools were
+	// selected per family; 0 otherwise.
+	Family int
 	// Pool is the pool that failed; empty when no pool was involved.
 	Pool string
 	// IP is the address concerned, when there is one (a requested address).
@@ -115,6 +118,9 @@ type AllocationError struct {
 	Reason string
 	// Err is the sentinel or underlying error.
 	Err error
+	// Trace is what happened to every pool the request considered, up to the
+	// failure.
+	Trace []TraceEntry
 }
 
 // Error returns, for example,
@@ -123,6 +129,9 @@ func (e *AllocationError) Error() string {
 	var b strings.Builder
 	if e.Interface != "" {
 		b.WriteString(e.Interface)
+		if e.Family != 0 {
+			fmt.Fprintf(&b, " IPv%d", e.Family)
+		}
 		b.WriteString(": ")
 	}
 	if e.Pool != "" {

@@ -19,6 +19,16 @@ import (
 	"github.com/ipamkit/ipam/store/memstore"
 )
 
+// ReservedSource is an optional capability of a PoolSource: the cluster's
+// reserved addresses (SpiderReservedIP objects), which no pool hands out.
+// Catalog implements it.
+type ReservedSource interface {
+	// Reserved returns the reserved addresses of family 4 or 6, or nil for
+	// none. The Allocator rebuilds a pool's index when the returned pointer
+	// changes, so return the same *IPSet while the reservations stay the same.
+	Reserved(family int) *netipx.IPSet
+}
+
 // Options configure an Allocator. The zero Options, with a PoolSource, is a
 // working in-memory allocator.
 type Options struct {
@@ -148,6 +158,7 @@ const (
 )
 
 // TraceEntry records one pool considered for one interface and IP family.
+// The zero TraceEntry records nothing. It is a plain value.
 type TraceEntry struct {
 	Interface string
 	Family    int
@@ -155,10 +166,30 @@ type TraceEntry struct {
 	// Source is the rule that made the pool a candidate.
 	Source Source
 	Status Status
-	// Reason says why a pool was filtered, exhausted or failed.
-	Reason string
-	// Rank is the pool's position among the candidates, from 1.
+	// Reason is the machine-readable cause of a filtered, exhausted or failed
+	// pool; empty for served and candidate pools.
+	Reason Reason
+	// Message says the same for people, such as `node "n2" not in nodeName
+	// [n1]` or "exhausted (254/254 used)".
+	Message string
+	// Rank is the pool's position in the priority order of the pools that
+	// passed the filters, from 1; 0 for a filtered pool.
 	Rank int
+}
+
+// String returns, for example, `eth0 IPv4 blue: filtered: node "n2" not in
+// nodeName [n1]`.
+func (e TraceEntry) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s IPv%d %s: %s", e.Interface, e.Family, e.Pool, e.Status)
+	if e.Rank > 0 {
+		fmt.Fprintf(&b, " (rank %d)", e.Rank)
+	}
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	return b.String()
 }
 
 // Allocator hands out addresses from pools and records them in a Store.
@@ -285,15 +316,24 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (Result, error) {
 	return a.AllocateAt(ctx, req, time.Now())
 }
 
-// AllocateAt serves every interface of req, one address from each of its pools,
-// and records the claims at time now.
+// AllocateAt serves every interface of req and records the claims at time now.
 //
-// It is idempotent: an owner that already holds an address in a pool for that
-// interface gets it back (Reused), and a requested address must then be that
-// one (else ErrOwnerConflict). It is all-or-nothing: if any pool fails, the
-// addresses this call claimed are released before the error returns, and the
-// addresses the owner held before the call are kept. Requested addresses are
-// placed before anything is claimed, and claimed before any dynamic address.
+// An interface that names its pools gets one address from each, in order
+// (host-local's range sets). An interface that names none gets its pools from
+// Spiderpool's chain (Select): per IP family, the candidates are filtered
+// (Subject.Check), sorted by priority (Sort) and tried in that order, an
+// exhausted, fully excluded or fully reserved pool falling through to the next.
+// The Result's Trace says what happened to every pool considered; the same
+// trace rides in the error when something cannot be served.
+//
+// It is idempotent: an owner that already holds an address for an interface
+// (in that pool, or, for selected pools, of that family) gets it back
+// (Reused), and a requested address must then be that one (else
+// ErrOwnerConflict). It is all-or-nothing across pools, families and
+// interfaces: if any part fails, the addresses this call claimed are released
+// before the error returns, and the addresses the owner held before the call
+// are kept. Requested addresses are placed before anything is claimed, and
+// claimed before any dynamic address.
 func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) (Result, error) {
 	if err := req.validate(); err != nil {
 		return Result{}, err
@@ -301,8 +341,21 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	owner := store.Owner{Namespace: req.Namespace, Name: req.Name, UID: req.UID, ContainerID: req.ContainerID}
 	id := identity(owner)
 
+	var (
+		selected []Candidates
+		sreq     *Request // a heap copy of req, made only when selecting
+	)
+	if req.selects() {
+		sreq = new(Request)
+		*sreq = req
+		var err error
+		if selected, err = Select(sreq, a.source); err != nil {
+			return Result{}, err
+		}
+	}
+
 	// Resolve every pool and place every requested address first.
-	n := 0
+	n := len(selected)
 	for _, ifc := range req.Interfaces {
 		n += len(ifc.Pools)
 	}
@@ -311,7 +364,20 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	if n > len(taskBuf) {
 		tasks = make([]task, 0, n)
 	}
+	used := make([]bool, len(selected))
+	var err error
 	for _, ifc := range req.Interfaces {
+		if len(ifc.Pools) == 0 {
+			for k := range selected {
+				if !used[k] && selected[k].Interface == ifc.Name {
+					used[k] = true
+					if tasks, err = a.appendSelected(tasks, sreq, &selected[k]); err != nil {
+						return Result{}, err
+					}
+				}
+			}
+			continue
+		}
 		start := len(tasks)
 		for _, name := range ifc.Pools {
 			idx, err := a.index(ctx, name, now)
@@ -319,33 +385,27 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 				return Result{}, &AllocationError{Interface: ifc.Name, Pool: name, Reason: err.Error(), Err: err}
 			}
 			def := idx.def.Load()
-			tasks = append(tasks, task{iface: ifc.Name, idx: idx, pool: def.pool, lay: def.layout})
+			tasks = append(tasks, task{iface: ifc.Name, idx: idx, pool: def.pool, lay: def.layout, source: SourceRequest})
 		}
 		if err := placeRequested(ifc, tasks[start:]); err != nil {
 			return Result{}, err
+		}
+	}
+	// Interfaces that only the ippools annotation names.
+	for k := range selected {
+		if !used[k] {
+			if tasks, err = a.appendSelected(tasks, sreq, &selected[k]); err != nil {
+				return Result{}, err
+			}
 		}
 	}
 
 	// What the owner holds already, then requested addresses, then the rest.
 	for i := range tasks {
 		t := &tasks[i]
-		h, ok := a.held(id, t.iface, t.idx)
-		if !ok {
-			continue
+		if err := a.reuse(ctx, t, id, owner); err != nil {
+			return Result{}, t.fail(tasks, err)
 		}
-		// The index may be stale (a release or a reload raced it, or another
-		// Allocator released the claim): trust the Store only.
-		if held, err := a.stillHeld(ctx, t.idx, h, id); err != nil {
-			return Result{}, &AllocationError{Interface: t.iface, Pool: t.idx.name, IP: h, Err: err, Reason: "store: " + err.Error()}
-		} else if !held {
-			continue
-		}
-		if t.want.IsValid() && t.want != h {
-			owner.Interface = t.iface
-			return Result{}, &AllocationError{Interface: t.iface, Pool: t.idx.name, IP: t.want, Err: ErrOwnerConflict,
-				Reason: fmt.Sprintf("%s already holds %s in this pool, not the requested %s", owner, h, t.want)}
-		}
-		t.ip, t.reused = h, true
 	}
 	var claimedBuf [2]int
 	claimed := claimedBuf[:0]
@@ -356,13 +416,17 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 				continue
 			}
 			owner.Interface = t.iface
-			ip, reused, err := a.claim(ctx, t.idx, t.iface, t.want, owner, now)
+			var err error
+			if t.sel != nil {
+				err = a.claimSelected(ctx, t, owner, now)
+			} else {
+				t.ip, t.reused, err = a.claim(ctx, t.idx, t.iface, t.want, owner, now)
+			}
 			if err != nil {
 				a.rollback(ctx, tasks, claimed)
-				return Result{}, err
+				return Result{}, t.fail(tasks, err)
 			}
-			t.ip, t.reused = ip, reused
-			if !reused {
+			if !t.reused {
 				claimed = append(claimed, i)
 			}
 		}
@@ -372,21 +436,213 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	for i := range tasks {
 		t := &tasks[i]
 		res.IPs = append(res.IPs, t.config())
-		res.Trace = append(res.Trace, TraceEntry{Interface: t.iface, Family: t.lay.family(), Pool: t.idx.name,
-			Source: SourceRequest, Status: StatusServed, Rank: 1})
+		res.Trace = t.appendTrace(res.Trace)
 	}
 	return res, nil
 }
 
-// task is one (interface, pool) of a request.
+// appendSelected adds the task for one interface and family whose pools the
+// chain selected: the named pools, filtered for the pod, then sorted.
+func (a *Allocator) appendSelected(tasks []task, req *Request, c *Candidates) ([]task, error) {
+	ifc := Interface{Name: c.Interface}
+	for _, x := range req.Interfaces {
+		if x.Name == c.Interface {
+			ifc = x
+		}
+	}
+	subj, err := SubjectOf(req, ifc)
+	if err != nil {
+		return tasks, err
+	}
+	t := task{iface: c.Interface, family: c.Family, source: c.Source, sel: c}
+	pools := make([]*Pool, 0, len(c.Pools))
+	for _, name := range c.Pools {
+		p, ok := a.source.Pool(name)
+		if !ok {
+			t.trace = append(t.trace, TraceEntry{Pool: name, Status: StatusFailed, Reason: ReasonNotFound, Message: "no such pool"})
+			return tasks, t.fail(append(tasks, t), &AllocationError{Interface: c.Interface, Family: c.Family, Pool: name, Err: ErrNotFound,
+				Reason: fmt.Sprintf("no such pool (named by %s)", c.Source)})
+		}
+		if r, bad := subj.Check(p, c.Family); bad {
+			t.trace = append(t.trace, TraceEntry{Pool: name, Status: StatusFiltered, Reason: r.Reason, Message: r.Message})
+			continue
+		}
+		pools = append(pools, p)
+	}
+	Sort(pools)
+	t.order = pools
+	return append(tasks, t), nil
+}
+
+// reuse finds what the owner already holds for t and, if the Store agrees,
+// makes it t's address.
+func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.Owner) error {
+	var h holding
+	found := false
+	if t.sel == nil {
+		h.pool = t.idx
+		h.ip, found = a.held(id, t.iface, t.idx)
+	} else {
+		var buf [4]holding
+		for _, x := range a.lookup(id, t.iface, buf[:0]) {
+			if x.pool.def.Load().layout.family() == t.family {
+				h, found = x, true
+				break
+			}
+		}
+	}
+	if !found {
+		return nil
+	}
+	// The index may be stale (a release or a reload raced it, or another
+	// Allocator released the claim): trust the Store only.
+	if held, err := a.stillHeld(ctx, h.pool, h.ip, id); err != nil {
+		return &AllocationError{Interface: t.iface, Pool: h.pool.name, IP: h.ip, Err: err, Reason: "store: " + err.Error()}
+	} else if !held {
+		return nil
+	}
+	if t.want.IsValid() && t.want != h.ip {
+		owner.Interface = t.iface
+		return &AllocationError{Interface: t.iface, Pool: h.pool.name, IP: t.want, Err: ErrOwnerConflict,
+			Reason: fmt.Sprintf("%s already holds %s in this pool, not the requested %s", owner, h.ip, t.want)}
+	}
+	if t.sel != nil {
+		def := h.pool.def.Load()
+		t.idx, t.pool, t.lay = h.pool, def.pool, def.layout
+	}
+	t.ip, t.reused = h.ip, true
+	return nil
+}
+
+// claimSelected tries t's pools in order until one gives an address.
+func (a *Allocator) claimSelected(ctx context.Context, t *task, owner store.Owner, now time.Time) error {
+	for _, p := range t.order {
+		idx, err := a.index(ctx, p.Name, now)
+		if err != nil {
+			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusFailed, Message: err.Error()})
+			return &AllocationError{Interface: t.iface, Family: t.family, Pool: p.Name, Reason: err.Error(), Err: err}
+		}
+		def := idx.def.Load()
+		if def.empty != "" {
+			msg := "every address is excluded"
+			if def.empty == ReasonReserved {
+				msg = "every address is reserved"
+			}
+			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusFiltered, Reason: def.empty, Message: msg})
+			continue
+		}
+		ip, _, err := a.claim(ctx, idx, t.iface, netip.Addr{}, owner, now)
+		if errors.Is(err, ErrExhausted) {
+			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusExhausted, Reason: ReasonExhausted,
+				Message: "exhausted (" + idx.usage() + " used)"})
+			continue
+		}
+		if err != nil {
+			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusFailed, Message: err.Error()})
+			return err
+		}
+		t.idx, t.pool, t.lay, t.ip = idx, def.pool, def.layout, ip
+		return nil
+	}
+	// Nothing served: say why, pool by pool.
+	var b strings.Builder
+	fmt.Fprintf(&b, "no pool can serve %s", t.ownerName(owner))
+	sep := ": "
+	for _, e := range t.trace {
+		b.WriteString(sep)
+		b.WriteString(e.Pool)
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+		sep = "; "
+	}
+	return &AllocationError{Interface: t.iface, Family: t.family, Err: ErrNoCandidates, Reason: b.String()}
+}
+
+// task is one address of a request: an (interface, pool) the request names,
+// or an (interface, family) whose pools the chain selected.
 type task struct {
 	iface  string
+	source Source
+	// idx, pool and lay are the pool that serves; for a selected task, set once
+	// one does.
 	idx    *poolIndex
 	pool   *Pool
 	lay    *layout
 	want   netip.Addr // requested address, if any
 	ip     netip.Addr
 	reused bool
+
+	// Selected tasks only.
+	sel    *Candidates
+	family int
+	order  []*Pool      // the candidates that passed the filters, sorted
+	trace  []TraceEntry // filtered, exhausted and failed pools so far
+}
+
+// appendTrace appends t's trace entries to out, completing them.
+func (t *task) appendTrace(out []TraceEntry) []TraceEntry {
+	fam := t.family
+	if t.lay != nil {
+		fam = t.lay.family()
+	}
+	if t.sel == nil {
+		if t.idx == nil {
+			return out
+		}
+		return append(out, TraceEntry{Interface: t.iface, Family: fam, Pool: t.idx.name, Source: t.source, Status: StatusServed, Rank: 1})
+	}
+	// Filtered and tried pools in the order they were found, then the pool
+	// that served, then the ranked pools never tried.
+	start := len(out)
+	out = append(out, t.trace...)
+	served := false
+	for k, p := range t.order {
+		rank := k + 1
+		seen := false
+		for j := start; j < len(out); j++ {
+			if out[j].Pool == p.Name {
+				out[j].Rank, seen = rank, true
+			}
+		}
+		switch {
+		case t.idx != nil && p.Name == t.idx.name:
+			out = append(out, TraceEntry{Pool: p.Name, Status: StatusServed, Rank: rank})
+			served = true
+		case !seen:
+			out = append(out, TraceEntry{Pool: p.Name, Status: StatusCandidate, Rank: rank})
+		}
+	}
+	if !served && t.reused && t.idx != nil {
+		out = append(out, TraceEntry{Pool: t.idx.name, Status: StatusServed, Message: "already held"})
+	}
+	for j := start; j < len(out); j++ {
+		out[j].Interface, out[j].Family, out[j].Source = t.iface, fam, t.source
+		if out[j].Status == StatusFiltered && out[j].Reason != ReasonExcluded && out[j].Reason != ReasonReserved {
+			out[j].Rank = 0
+		}
+	}
+	return out
+}
+
+// fail returns err with the trace of every task so far, if it is an
+// *AllocationError without one.
+func (t *task) fail(tasks []task, err error) error {
+	var ae *AllocationError
+	if errors.As(err, &ae) && ae.Trace == nil {
+		var tr []TraceEntry
+		for i := range tasks {
+			tr = tasks[i].appendTrace(tr)
+		}
+		ae.Trace = tr
+	}
+	return err
+}
+
+func (t *task) ownerName(o store.Owner) string {
+	if o.Name != "" {
+		return "pod " + o.Namespace + "/" + o.Name
+	}
+	return o.String()
 }
 
 func (t *task) config() IPConfig {
@@ -396,13 +652,22 @@ func (t *task) config() IPConfig {
 	} else if k := t.lay.rangeOf(t.ip); k >= 0 {
 		r = t.lay.ranges[k]
 	}
+	routes := t.pool.Routes
+	if t.sel != nil && !t.sel.CleanGateway && r.Gateway.IsValid() {
+		// Spiderpool's default route through the pool's gateway.
+		dst := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		if !r.Gateway.Is4() {
+			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		}
+		routes = append(slices.Clip(routes), Route{Dst: dst, GW: r.Gateway})
+	}
 	return IPConfig{
 		Interface: t.iface,
 		Pool:      t.idx.name,
 		Address:   netip.PrefixFrom(t.ip, r.Subnet.Bits()),
 		Gateway:   r.Gateway,
 		Vlan:      t.pool.Vlan,
-		Routes:    t.pool.Routes,
+		Routes:    routes,
 		Reused:    t.reused,
 	}
 }
@@ -419,6 +684,16 @@ func newResult(n int) Result {
 		return Result{IPs: b.ips[:0], Trace: b.trace[:0]}
 	}
 	return Result{IPs: make([]IPConfig, 0, n), Trace: make([]TraceEntry, 0, n)}
+}
+
+// selects reports whether some interface of req leaves its pools to Select.
+func (req *Request) selects() bool {
+	for _, ifc := range req.Interfaces {
+		if len(ifc.Pools) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (req *Request) validate() error {
@@ -439,8 +714,8 @@ func (req *Request) validate() error {
 				fe.add(fmt.Sprintf("interfaces[%d].name", i), ifc.Name, "duplicate interface")
 			}
 		}
-		if len(ifc.Pools) == 0 {
-			fe.add(fmt.Sprintf("interfaces[%d].pools", i), "", "at least one pool is required (selection from annotations is not built yet)")
+		if len(ifc.Pools) == 0 && len(ifc.IPs) > 0 {
+			fe.add(fmt.Sprintf("interfaces[%d].ips", i), ifc.IPs[0].String(), "requested addresses need the pools named in interfaces[].pools")
 		}
 		for j, p := range ifc.Pools {
 			if p == "" {
@@ -762,17 +1037,22 @@ func (a *Allocator) index(ctx context.Context, name string, now time.Time) (*poo
 	if idx == nil {
 		idx = a.pools.add(name)
 	}
-	if d := idx.def.Load(); d != nil && d.pool == p {
+	var reserved *netipx.IPSet
+	if rs, ok := a.source.(ReservedSource); ok {
+		reserved = rs.Reserved(p.Family())
+	}
+	if d := idx.def.Load(); d != nil && d.pool == p && d.reserved == reserved {
 		return idx, nil
 	}
-	if err := a.load(ctx, idx, p, now); err != nil {
+	if err := a.load(ctx, idx, p, reserved, now); err != nil {
 		return nil, err
 	}
 	return idx, nil
 }
 
-// load builds or rebuilds idx for definition p.
-func (a *Allocator) load(ctx context.Context, idx *poolIndex, p *Pool, now time.Time) error {
+// load builds or rebuilds idx for definition p and the cluster's reserved
+// addresses.
+func (a *Allocator) load(ctx context.Context, idx *poolIndex, p *Pool, reserved *netipx.IPSet, now time.Time) error {
 	rs, err := p.RangeSet()
 	if err != nil {
 		return err
@@ -781,15 +1061,24 @@ func (a *Allocator) load(ctx context.Context, idx *poolIndex, p *Pool, now time.
 	for _, r := range p.ExcludeIPs {
 		excl.AddRange(r)
 	}
+	if reserved != nil {
+		excl.AddSet(reserved)
+	}
 	exclude, _ := excl.IPSet()
-	lay := newLayout(rs, exclude)
+	def := &poolDef{pool: p, reserved: reserved, layout: newLayout(rs, exclude)}
+	if def.layout.total.isZero() {
+		def.empty = ReasonExcluded
+		if reserved != nil && !FullyExcluded(p) {
+			def.empty = ReasonReserved
+		}
+	}
 
 	// The pool's lock is held across the List, so that every claim and release
 	// of this pool either is in the snapshot or is applied after it.
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
 	d := idx.def.Load()
-	if d != nil && d.pool == p {
+	if d != nil && d.pool == p && d.reserved == reserved {
 		return nil
 	}
 	// A new pool, or a new definition of one: the index holds no claims of its
@@ -804,7 +1093,7 @@ func (a *Allocator) load(ctx context.Context, idx *poolIndex, p *Pool, now time.
 			a.log.Warn("ipam: cannot read last reserved address", "pool", idx.name, "err", err)
 		}
 	}
-	idx.rebuild(p, lay, claims, now)
+	idx.rebuild(def, claims, now)
 	if d == nil && cursor.IsValid() {
 		idx.cursor, idx.nextLay = cursor, nil
 	}
@@ -822,8 +1111,7 @@ func (a *Allocator) reload(ctx context.Context, idx *poolIndex, now time.Time) e
 	if err != nil {
 		return err
 	}
-	d := idx.def.Load()
-	idx.rebuild(d.pool, d.layout, claims, now)
+	idx.rebuild(idx.def.Load(), claims, now)
 	a.registerOwners(idx, claims)
 	return nil
 }
@@ -1033,8 +1321,19 @@ type poolIndex struct {
 
 // poolDef is a pool definition and the layout built from it. Immutable.
 type poolDef struct {
-	pool   *Pool
-	layout *layout
+	pool     *Pool
+	reserved *netipx.IPSet // the cluster's reserved addresses it was built with
+	layout   *layout
+	// empty is ReasonExcluded or ReasonReserved when the layout has no
+	// address to hand out, and why.
+	empty Reason
+}
+
+// usage returns "used/total".
+func (idx *poolIndex) usage() string {
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	return fmt.Sprintf("%s/%s", idx.tree.used, idx.def.Load().layout.total)
 }
 
 func (idx *poolIndex) describe() string {
@@ -1043,10 +1342,10 @@ func (idx *poolIndex) describe() string {
 	return idx.def.Load().layout.describe(idx.tree)
 }
 
-// rebuild installs definition p with layout lay, marking the claims used.
-// Called with mu held.
-func (idx *poolIndex) rebuild(p *Pool, lay *layout, claims []store.Claim, now time.Time) {
-	idx.def.Store(&poolDef{pool: p, layout: lay})
+// rebuild installs definition d, marking the claims used. Called with mu held.
+func (idx *poolIndex) rebuild(d *poolDef, claims []store.Claim, now time.Time) {
+	idx.def.Store(d)
+	lay := d.layout
 	idx.lastSync = now
 	idx.tree = newUsedTree(lay.levels)
 	for _, c := range claims {
