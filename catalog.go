@@ -1,8 +1,12 @@
 package ipam
 
 import (
+	"errors"
+	"fmt"
 	"iter"
 	"slices"
+
+	"go4.org/netipx"
 )
 
 // PoolSource tells the Allocator which pools exist. A static list, a
@@ -38,6 +42,8 @@ type Catalog struct {
 	byName   map[string]*Pool
 	order    []*Pool
 	defaults []*Pool // the pools with Default set, in order
+	// reserved4 and reserved6 are the addresses of WithReserved; nil if none.
+	reserved4, reserved6 *netipx.IPSet
 }
 
 // NewCatalog validates the pools, alone and against each other (see
@@ -55,6 +61,49 @@ func NewCatalog(pools ...*Pool) (*Catalog, error) {
 		}
 	}
 	return c, nil
+}
+
+// WithReserved returns a catalog with the same pools that also reserves the
+// addresses of rs (SpiderReservedIP objects) in every pool of their family: no
+// Allocator using it hands them out, and a requested reserved address is
+// refused. Terminating objects reserve nothing. It returns every problem with
+// rs at once. c is not changed.
+func (c *Catalog) WithReserved(rs ...*ReservedIP) (*Catalog, error) {
+	var errs []error
+	for i, r := range rs {
+		if r == nil {
+			errs = append(errs, &FieldError{Object: "reservedIPs", Field: fmt.Sprintf("[%d]", i), Reason: "nil reservedIP"})
+			continue
+		}
+		if err := r.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	d := *c
+	d.reserved4, d.reserved6 = nonEmpty(ReservedSet(4, rs)), nonEmpty(ReservedSet(6, rs))
+	return &d, nil
+}
+
+func nonEmpty(s *netipx.IPSet) *netipx.IPSet {
+	if len(s.Ranges()) == 0 {
+		return nil
+	}
+	return s
+}
+
+// Reserved returns the addresses WithReserved reserves in family 4 or 6, or
+// nil. It makes a Catalog a ReservedSource.
+func (c *Catalog) Reserved(family int) *netipx.IPSet {
+	if family == 4 {
+		return c.reserved4
+	}
+	if family == 6 {
+		return c.reserved6
+	}
+	return nil
 }
 
 // Pool returns the named pool.
