@@ -229,3 +229,71 @@ func ExampleValidatePools() {
 	// pool "red": subnet "10.0.0.0/16": overlaps pool "blue" whose subnet is 10.0.0.0/24
 	// pool "green": ips "10.0.0.20-10.0.0.25": overlaps the addresses of pool "blue"
 }
+
+// A pod that names no pools gets them from Spiderpool's chain: here its
+// ipam.spidernet.io/ippool annotation. Pools the pod cannot use are filtered,
+// the rest are sorted by priority and tried in order, and the trace says what
+// happened to each.
+func ExampleAllocator_Allocate_selection() {
+	a := exampleAllocator(
+		`{"name":"blue","subnet":"10.0.1.0/24","ips":["10.0.1.10-10.0.1.20"],"gateway":"10.0.1.1","nodeName":["n1"]}`,
+		`{"name":"green","subnet":"10.0.2.0/24","ips":["10.0.2.10"],"gateway":"10.0.2.1"}`,
+		`{"name":"red","subnet":"10.0.3.0/24","ips":["10.0.3.10-10.0.3.20"],"gateway":"10.0.3.1"}`,
+	)
+	ctx := context.Background()
+	pod := func(name string) ipam.Request {
+		return ipam.Request{
+			Namespace: "default", Name: name, UID: "uid-" + name, Node: "n2",
+			Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["blue","green","red"]}`},
+			Interfaces:  []ipam.Interface{{Name: "eth0"}},
+		}
+	}
+	for _, name := range []string{"web-0", "web-1"} {
+		res, err := a.Allocate(ctx, pod(name))
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(name, "got", res.IPs[0].Address, "from", res.IPs[0].Pool, "routes", res.IPs[0].Routes)
+		for _, e := range res.Trace {
+			fmt.Println("  ", e)
+		}
+	}
+	// Output:
+	// web-0 got 10.0.2.10/24 from green routes [{0.0.0.0/0 10.0.2.1}]
+	//    eth0 IPv4 blue: filtered: node "n2" not in nodeName [n1]
+	//    eth0 IPv4 green: served (rank 1)
+	//    eth0 IPv4 red: candidate (rank 2)
+	// web-1 got 10.0.3.10/24 from red routes [{0.0.0.0/0 10.0.3.1}]
+	//    eth0 IPv4 blue: filtered: node "n2" not in nodeName [n1]
+	//    eth0 IPv4 green: exhausted (rank 1) (1/1 used)
+	//    eth0 IPv4 red: served (rank 2)
+}
+
+// When no pool can serve, the error says why, pool by pool, and carries the
+// trace.
+func ExampleAllocationError_trace() {
+	a := exampleAllocator(
+		`{"name":"blue","subnet":"10.0.1.0/24","ips":["10.0.1.10-10.0.1.20"],"nodeName":["n1"]}`,
+		`{"name":"green","subnet":"10.0.2.0/24","ips":["10.0.2.10"]}`,
+	)
+	ctx := context.Background()
+	req := func(name string) ipam.Request {
+		return ipam.Request{
+			Namespace: "default", Name: name, UID: "uid-" + name, Node: "n2",
+			Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["blue","green"]}`},
+			Interfaces:  []ipam.Interface{{Name: "eth0"}},
+		}
+	}
+	if _, err := a.Allocate(ctx, req("web-0")); err != nil {
+		panic(err)
+	}
+	_, err := a.Allocate(ctx, req("web-1"))
+	fmt.Println(err)
+	var ae *ipam.AllocationError
+	if errors.As(err, &ae) {
+		fmt.Println(errors.Is(err, ipam.ErrNoCandidates), len(ae.Trace), "pools in the trace")
+	}
+	// Output:
+	// eth0 IPv4: no pool can serve pod default/web-1: blue: node "n2" not in nodeName [n1]; green: exhausted (1/1 used)
+	// true 2 pools in the trace
+}

@@ -178,16 +178,18 @@ type TraceEntry struct {
 }
 
 // String returns, for example, `eth0 IPv4 blue: filtered: node "n2" not in
-// nodeName [n1]`.
+// nodeName [n1]` or `eth0 IPv4 green: exhausted (rank 1) (254/254 used)`.
 func (e TraceEntry) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s IPv%d %s: %s", e.Interface, e.Family, e.Pool, e.Status)
 	if e.Rank > 0 {
 		fmt.Fprintf(&b, " (rank %d)", e.Rank)
 	}
-	if e.Message != "" {
+	if e.Message != "" && !strings.HasPrefix(e.Message, string(e.Status)) {
 		b.WriteString(": ")
 		b.WriteString(e.Message)
+	} else if e.Message != "" {
+		b.WriteString(strings.TrimPrefix(e.Message, string(e.Status)))
 	}
 	return b.String()
 }
@@ -432,7 +434,11 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 		}
 	}
 
-	res := newResult(len(tasks))
+	entries := 0
+	for i := range tasks {
+		entries += max(1, len(tasks[i].trace)+len(tasks[i].order))
+	}
+	res := newResult(len(tasks), entries)
 	for i := range tasks {
 		t := &tasks[i]
 		res.IPs = append(res.IPs, t.config())
@@ -455,6 +461,7 @@ func (a *Allocator) appendSelected(tasks []task, req *Request, c *Candidates) ([
 		return tasks, err
 	}
 	t := task{iface: c.Interface, family: c.Family, source: c.Source, sel: c}
+	t.trace = make([]TraceEntry, 0, len(c.Pools))
 	pools := make([]*Pool, 0, len(c.Pools))
 	for _, name := range c.Pools {
 		p, ok := a.source.Pool(name)
@@ -516,10 +523,12 @@ func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.
 
 // claimSelected tries t's pools in order until one gives an address.
 func (a *Allocator) claimSelected(ctx context.Context, t *task, owner store.Owner, now time.Time) error {
-	for _, p := range t.order {
+	for k, p := range t.order {
+		rank := k + 1
 		idx, err := a.index(ctx, p.Name, now)
 		if err != nil {
-			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusFailed, Message: err.Error()})
+			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusFailed, Message: err.Error(), Rank: rank})
+			t.tried = rank
 			return &AllocationError{Interface: t.iface, Family: t.family, Pool: p.Name, Reason: err.Error(), Err: err}
 		}
 		def := idx.def.Load()
@@ -528,20 +537,23 @@ func (a *Allocator) claimSelected(ctx context.Context, t *task, owner store.Owne
 			if def.empty == ReasonReserved {
 				msg = "every address is reserved"
 			}
-			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusFiltered, Reason: def.empty, Message: msg})
+			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusFiltered, Reason: def.empty, Message: msg, Rank: rank})
+			t.tried = rank
 			continue
 		}
 		ip, _, err := a.claim(ctx, idx, t.iface, netip.Addr{}, owner, now)
 		if errors.Is(err, ErrExhausted) {
 			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusExhausted, Reason: ReasonExhausted,
-				Message: "exhausted (" + idx.usage() + " used)"})
+				Message: "exhausted (" + idx.usage() + " used)", Rank: rank})
+			t.tried = rank
 			continue
 		}
 		if err != nil {
-			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusFailed, Message: err.Error()})
+			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusFailed, Message: err.Error(), Rank: rank})
+			t.tried = rank
 			return err
 		}
-		t.idx, t.pool, t.lay, t.ip = idx, def.pool, def.layout, ip
+		t.idx, t.pool, t.lay, t.ip, t.served = idx, def.pool, def.layout, ip, rank
 		return nil
 	}
 	// Nothing served: say why, pool by pool.
@@ -576,6 +588,8 @@ type task struct {
 	sel    *Candidates
 	family int
 	order  []*Pool      // the candidates that passed the filters, sorted
+	tried  int          // how many of order were tried and did not serve
+	served int          // rank of the pool of order that served; 0 if none
 	trace  []TraceEntry // filtered, exhausted and failed pools so far
 }
 
@@ -592,34 +606,21 @@ func (t *task) appendTrace(out []TraceEntry) []TraceEntry {
 		return append(out, TraceEntry{Interface: t.iface, Family: fam, Pool: t.idx.name, Source: t.source, Status: StatusServed, Rank: 1})
 	}
 	// Filtered and tried pools in the order they were found, then the pool
-	// that served, then the ranked pools never tried.
+	// that served (if it was not already held), then the pools never tried.
 	start := len(out)
 	out = append(out, t.trace...)
-	served := false
-	for k, p := range t.order {
-		rank := k + 1
-		seen := false
-		for j := start; j < len(out); j++ {
-			if out[j].Pool == p.Name {
-				out[j].Rank, seen = rank, true
-			}
-		}
-		switch {
-		case t.idx != nil && p.Name == t.idx.name:
-			out = append(out, TraceEntry{Pool: p.Name, Status: StatusServed, Rank: rank})
-			served = true
-		case !seen:
-			out = append(out, TraceEntry{Pool: p.Name, Status: StatusCandidate, Rank: rank})
-		}
-	}
-	if !served && t.reused && t.idx != nil {
+	next := t.tried
+	if t.served > 0 {
+		out = append(out, TraceEntry{Pool: t.order[t.served-1].Name, Status: StatusServed, Rank: t.served})
+		next = t.served
+	} else if t.reused && t.idx != nil {
 		out = append(out, TraceEntry{Pool: t.idx.name, Status: StatusServed, Message: "already held"})
+	}
+	for k := next; k < len(t.order); k++ {
+		out = append(out, TraceEntry{Pool: t.order[k].Name, Status: StatusCandidate, Rank: k + 1})
 	}
 	for j := start; j < len(out); j++ {
 		out[j].Interface, out[j].Family, out[j].Source = t.iface, fam, t.source
-		if out[j].Status == StatusFiltered && out[j].Reason != ReasonExcluded && out[j].Reason != ReasonReserved {
-			out[j].Rank = 0
-		}
 	}
 	return out
 }
@@ -678,12 +679,12 @@ type resultBuf struct {
 	trace [1]TraceEntry
 }
 
-func newResult(n int) Result {
-	if n == 1 {
+func newResult(n, entries int) Result {
+	if n == 1 && entries == 1 {
 		b := new(resultBuf)
 		return Result{IPs: b.ips[:0], Trace: b.trace[:0]}
 	}
-	return Result{IPs: make([]IPConfig, 0, n), Trace: make([]TraceEntry, 0, n)}
+	return Result{IPs: make([]IPConfig, 0, n), Trace: make([]TraceEntry, 0, entries)}
 }
 
 // selects reports whether some interface of req leaves its pools to Select.
