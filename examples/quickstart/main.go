@@ -1,7 +1,13 @@
 // Command quickstart walks through the ipam library on a small cluster: it
-// reads pools and pods from cluster.json, allocates an address for every
-// interface of every pod, prints what each got, then releases one pod and
-// allocates again to show how each pool's strategy treats a freed address.
+// reads pools, nodes, namespaces and pods from cluster.json, allocates an
+// address for every interface of every pod, prints what each got, then releases
+// one pod and allocates again to show how each pool's strategy treats a freed
+// address.
+//
+// A pod interface that names its pools gets one address from each (host-local's
+// range sets). One that names none gets its pools from Spiderpool's rules (pod
+// and namespace annotations, cluster default pools, node and namespace
+// affinities), and the walk-through prints the trace of that choice.
 //
 // Run it from the repository root:
 //
@@ -23,6 +29,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -44,6 +51,12 @@ type cluster struct {
 	Pools []json.RawMessage `json:"pools"`
 	// Pods are allocated in order.
 	Pods []pod `json:"pods"`
+	// Nodes maps node names to their labels.
+	Nodes map[string]map[string]string `json:"nodes,omitempty"`
+	// Namespaces maps namespace names to their labels and annotations.
+	Namespaces map[string]namespace `json:"namespaces,omitempty"`
+	// ReservedIPs are SpiderReservedIP specs, kept out of every pool.
+	ReservedIPs []*ipam.ReservedIP `json:"reservedIPs,omitempty"`
 	// Release names a pod to release after Pods, if any.
 	Release *owner `json:"release,omitempty"`
 	// AfterRelease are allocated after the release.
@@ -56,14 +69,22 @@ type owner struct {
 	UID       string `json:"uid"`
 }
 
+type namespace struct {
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
 type pod struct {
 	owner
-	Interfaces []iface `json:"interfaces"`
+	Node        string            `json:"node,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Interfaces  []iface           `json:"interfaces"`
 }
 
 type iface struct {
 	Name  string   `json:"name"`
-	Pools []string `json:"pools"`
+	Pools []string `json:"pools,omitempty"`
 	IPs   []string `json:"ips,omitempty"`
 }
 
@@ -101,6 +122,9 @@ func run(w io.Writer, data []byte) error {
 	if err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
+	if cat, err = cat.WithReserved(c.ReservedIPs...); err != nil {
+		return fmt.Errorf("cluster: reservedIPs: %w", err)
+	}
 	alloc, err := ipam.NewAllocator(ipam.Options{Pools: cat})
 	if err != nil {
 		return err
@@ -116,10 +140,17 @@ func run(w io.Writer, data []byte) error {
 	if err := pt.Flush(); err != nil {
 		return err
 	}
+	for _, r := range c.ReservedIPs {
+		parts := make([]string, len(r.IPs))
+		for i, x := range r.IPs {
+			parts[i] = rangeString(x.From(), x.To())
+		}
+		fmt.Fprintf(w, "  reserved in every IPv%d pool (%s): %s\n", r.IPVersion, r.Name, strings.Join(parts, ", "))
+	}
 
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Allocations:")
-	if _, err := allocate(ctx, w, alloc, c.Pods); err != nil {
+	if _, err := allocate(ctx, w, alloc, c, c.Pods); err != nil {
 		return err
 	}
 
@@ -153,7 +184,7 @@ func run(w io.Writer, data []byte) error {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Allocations after the release:")
-	got, err := allocate(ctx, w, alloc, c.AfterRelease)
+	got, err := allocate(ctx, w, alloc, c, c.AfterRelease)
 	if err != nil {
 		return err
 	}
@@ -227,10 +258,14 @@ func checkPod(path string, p pod) []error {
 	return errs
 }
 
-// request turns a pod of the file into an ipam.Request. The addresses were
-// checked by checkPod.
-func (p pod) request() ipam.Request {
-	req := ipam.Request{Namespace: p.Namespace, Name: p.Name, UID: p.UID}
+// request turns a pod of the file into an ipam.Request, with its node's and
+// namespace's labels. The addresses were checked by checkPod.
+func (p pod) request(c *cluster) ipam.Request {
+	ns := c.Namespaces[p.Namespace]
+	req := ipam.Request{Namespace: p.Namespace, Name: p.Name, UID: p.UID,
+		Labels: p.Labels, Annotations: p.Annotations,
+		Node: p.Node, NodeLabels: c.Nodes[p.Node],
+		NamespaceLabels: ns.Labels, NamespaceAnnotations: ns.Annotations}
 	for _, ifc := range p.Interfaces {
 		in := ipam.Interface{Name: ifc.Name, Pools: ifc.Pools}
 		for _, s := range ifc.IPs {
@@ -242,23 +277,41 @@ func (p pod) request() ipam.Request {
 }
 
 // allocate allocates each pod in order and writes one row per address, or one
-// row per failed pod. It returns who got each address.
-func allocate(ctx context.Context, w io.Writer, alloc *ipam.Allocator, pods []pod) (map[poolAddr]string, error) {
+// row per failed pod, then the trace of every pod whose pools were selected by
+// Spiderpool's rules. It returns who got each address.
+func allocate(ctx context.Context, w io.Writer, alloc *ipam.Allocator, c *cluster, pods []pod) (map[poolAddr]string, error) {
 	got := make(map[poolAddr]string)
 	tw := newTable(w)
 	fmt.Fprintln(tw, "  POD\tINTERFACE\tPOOL\tADDRESS\tGATEWAY\tVLAN\tNOTE")
+	var traces []string
 	for _, p := range pods {
 		name := p.Namespace + "/" + p.Name
-		req := p.request()
+		req := p.request(c)
 		res, err := alloc.AllocateAt(ctx, req, now)
+		trace := res.Trace
 		if err != nil {
 			ifc, pool := "-", "-"
 			var ae *ipam.AllocationError
 			if errors.As(err, &ae) {
 				ifc, pool = orDash(ae.Interface), orDash(ae.Pool)
+				trace = ae.Trace
 			}
 			msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t-\t-\t-\terror: %s\n", name, ifc, pool, msg)
+		}
+		if selects(req) && len(trace) > 0 {
+			var sources []string
+			for _, e := range trace {
+				if !slices.Contains(sources, string(e.Source)) {
+					sources = append(sources, string(e.Source))
+				}
+			}
+			traces = append(traces, fmt.Sprintf("  %s, pools from the %s:", name, strings.Join(sources, " and the ")))
+			for _, e := range trace {
+				traces = append(traces, "    "+e.String())
+			}
+		}
+		if err != nil {
 			continue
 		}
 		for _, ip := range res.IPs {
@@ -290,7 +343,28 @@ func allocate(ctx context.Context, w io.Writer, alloc *ipam.Allocator, pods []po
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, ip.Interface, ip.Pool, ip.Address, gw, vlan, strings.Join(notes, "; "))
 		}
 	}
-	return got, tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return nil, err
+	}
+	if len(traces) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "How the pools were chosen (Spiderpool's rules):")
+		for _, line := range traces {
+			fmt.Fprintln(w, line)
+		}
+	}
+	return got, nil
+}
+
+// selects reports whether some interface of req leaves its pools to
+// Spiderpool's rules.
+func selects(req ipam.Request) bool {
+	for _, ifc := range req.Interfaces {
+		if len(ifc.Pools) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // table is an aligned table whose lines carry no trailing blanks.
