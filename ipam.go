@@ -1250,6 +1250,60 @@ func (a *Allocator) Lookup(ctx context.Context, owner store.Owner) ([]store.Clai
 	return out, nil
 }
 
+// Claims lists every claim of every pool of the PoolSource, as the Store has
+// them now, sorted by pool and address. It is what a garbage collector
+// inspects before deciding (see ReleaseClaim).
+func (a *Allocator) Claims(ctx context.Context) ([]store.Claim, error) {
+	var out []store.Claim
+	for p := range a.source.Pools() {
+		cs, err := a.store.List(ctx, p.Name)
+		if err != nil {
+			return nil, fmt.Errorf("listing claims of pool %q: %w", p.Name, err)
+		}
+		out = append(out, cs...)
+	}
+	slices.SortFunc(out, func(x, y store.Claim) int {
+		if c := strings.Compare(x.Pool, y.Pool); c != 0 {
+			return c
+		}
+		return x.IP.Compare(y.IP)
+	})
+	return out, nil
+}
+
+// ReleaseClaim releases claim c only if the Store still has it at c.Revision:
+// a claim that changed since it was inspected (re-pointed to a new pod,
+// released and claimed again) is left alone, and ReleaseClaim returns an error
+// wrapping ErrConflict. A claim already gone returns an error wrapping
+// ErrNotFound. The Allocator's index learns the outcome either way.
+func (a *Allocator) ReleaseClaim(ctx context.Context, c store.Claim) error {
+	idx, err := a.index(ctx, c.Pool, time.Now())
+	if err != nil {
+		return err
+	}
+	err = a.store.Delete(ctx, c.Pool, c.IP, c.Revision)
+	switch {
+	case err == nil:
+		idx.forget(c.IP)
+		a.dropHolding(identity(c.Owner), idx, c.IP)
+		return nil
+	case errors.Is(err, store.ErrNotFound):
+		idx.forget(c.IP)
+		a.dropHolding(identity(c.Owner), idx, c.IP)
+		return fmt.Errorf("pool %q: %s: %w", c.Pool, c.IP, ErrNotFound)
+	case errors.Is(err, store.ErrConflict):
+		// Someone changed it: learn who holds it now.
+		if cur, gerr := a.store.Get(ctx, c.Pool, c.IP); gerr == nil {
+			a.dropHolding(identity(c.Owner), idx, c.IP)
+			idx.commit(cur)
+			a.addHolding(idx, cur)
+		}
+		return fmt.Errorf("pool %q: %s changed since revision %d: %w", c.Pool, c.IP, c.Revision, ErrConflict)
+	default:
+		return fmt.Errorf("pool %q: releasing %s: %w", c.Pool, c.IP, err)
+	}
+}
+
 // ReleaseIP releases the claim on ip in pool, whoever holds it. It returns
 // ErrNotFound if the address is not claimed.
 func (a *Allocator) ReleaseIP(ctx context.Context, pool string, ip netip.Addr) error {

@@ -41,3 +41,38 @@ func TestRequestedAfterReleaseElsewhere(t *testing.T) {
 	_, err = b.Allocate(ctx, req("third"))
 	require.ErrorIs(t, err, ipam.ErrUnavailable)
 }
+
+func TestReleaseClaimChecksRevision(t *testing.T) {
+	ctx := context.Background()
+	cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.0/29"}]}`))
+	require.NoError(t, err)
+	st := memstore.New()
+	a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
+	require.NoError(t, err)
+	req := ipam.Request{UID: "u1", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+	_, err = a.Allocate(ctx, req)
+	require.NoError(t, err)
+	claims, err := a.Claims(ctx)
+	require.NoError(t, err)
+	require.Len(t, claims, 1)
+	old := claims[0]
+
+	// Re-point the claim (as a StatefulSet pod's new UID would): the inspected
+	// revision is stale, so ReleaseClaim must leave it alone.
+	moved := old
+	moved.Owner.UID = "u2"
+	_, err = st.Update(ctx, moved, old.Revision)
+	require.NoError(t, err)
+	require.ErrorIs(t, a.ReleaseClaim(ctx, old), ipam.ErrConflict)
+	_, err = st.Get(ctx, "p", old.IP)
+	require.NoError(t, err, "a changed claim must survive")
+
+	// With the current revision it goes, and the address can be handed out again.
+	cur, err := a.Claims(ctx)
+	require.NoError(t, err)
+	require.NoError(t, a.ReleaseClaim(ctx, cur[0]))
+	require.ErrorIs(t, a.ReleaseClaim(ctx, cur[0]), ipam.ErrNotFound)
+	left, err := a.Claims(ctx)
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
