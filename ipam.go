@@ -38,6 +38,12 @@ type Options struct {
 	Store store.Store
 	// Logger receives debug and warning records. Nil discards them.
 	Logger *slog.Logger
+	// Quarantine keeps a released address out of reuse for this long after
+	// its release, under either strategy, so that a pod whose teardown is
+	// still in flight never sees its address handed to another. A request
+	// that names the address gets it all the same. The quarantine is kept by
+	// each Allocator in memory. Zero means none.
+	Quarantine time.Duration
 	// ResyncInterval is the least time between two reloads of a pool's index
 	// from the Store, done when the pool looks exhausted (another allocator on
 	// the same Store may have released addresses). Zero means one second; a
@@ -49,6 +55,9 @@ type Options struct {
 func (o Options) Validate() error {
 	if o.Pools == nil {
 		return &FieldError{Object: "options", Field: "Pools", Reason: "required"}
+	}
+	if o.Quarantine < 0 {
+		return &FieldError{Object: "options", Field: "Quarantine", Value: o.Quarantine.String(), Reason: "must not be negative"}
 	}
 	return nil
 }
@@ -210,6 +219,7 @@ type Allocator struct {
 	cursors store.Cursors
 	log     *slog.Logger
 	resync  time.Duration
+	quarant time.Duration
 
 	pools indexMap
 
@@ -294,11 +304,12 @@ func NewAllocator(opts Options) (*Allocator, error) {
 		return nil, err
 	}
 	a := &Allocator{
-		source: opts.Pools,
-		store:  opts.Store,
-		log:    opts.Logger,
-		resync: opts.ResyncInterval,
-		owners: make(map[ownerID]holdings),
+		source:  opts.Pools,
+		store:   opts.Store,
+		log:     opts.Logger,
+		resync:  opts.ResyncInterval,
+		quarant: opts.Quarantine,
+		owners:  make(map[ownerID]holdings),
 	}
 	if a.store == nil {
 		a.store = memstore.New()
@@ -544,7 +555,7 @@ func (a *Allocator) claimSelected(ctx context.Context, t *task, owner store.Owne
 		ip, _, err := a.claim(ctx, idx, t.iface, netip.Addr{}, owner, now)
 		if errors.Is(err, ErrExhausted) {
 			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusExhausted, Reason: ReasonExhausted,
-				Message: "exhausted (" + idx.usage() + " used)", Rank: rank})
+				Message: "exhausted (" + idx.usage() + ")", Rank: rank})
 			t.tried = rank
 			continue
 		}
@@ -837,7 +848,7 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 		if err := ctx.Err(); err != nil {
 			return netip.Addr{}, false, &AllocationError{Interface: iface, Pool: idx.name, Err: err, Reason: err.Error()}
 		}
-		ip, slot, ok := idx.reserve(want)
+		ip, slot, ok := idx.reserve(want, now)
 		if !ok {
 			if want.IsValid() {
 				// The index says taken; the Store decides. If another Allocator
@@ -868,7 +879,7 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 		case err == nil:
 			if !a.record(idx, c, slot) {
 				// A concurrent call for the same owner won: give ours back.
-				if _, err := a.releaseClaim(ctx, idx, c.IP, identity(owner)); err != nil {
+				if _, err := a.releaseClaim(ctx, idx, c.IP, identity(owner), time.Time{}); err != nil {
 					a.log.Warn("ipam: cannot release a duplicate claim", "pool", idx.name, "ip", c.IP, "err", err)
 				}
 				h, _ := a.held(identity(owner), iface, idx)
@@ -900,7 +911,7 @@ func (a *Allocator) rollback(ctx context.Context, tasks []task, claimed []int) {
 	ctx = context.WithoutCancel(ctx)
 	for _, i := range claimed {
 		t := &tasks[i]
-		if _, err := a.releaseClaim(ctx, t.idx, t.ip, ownerID{}); err != nil {
+		if _, err := a.releaseClaim(ctx, t.idx, t.ip, ownerID{}, time.Time{}); err != nil {
 			a.log.Warn("ipam: rollback could not release", "pool", t.idx.name, "ip", t.ip, "err", err)
 		}
 	}
@@ -1169,6 +1180,15 @@ func (a *Allocator) loadAll(ctx context.Context, now time.Time) error {
 	return errors.Join(errs...)
 }
 
+// quarantineUntil returns until when an address released at now stays out of
+// reuse; the zero Time if there is no quarantine.
+func (a *Allocator) quarantineUntil(now time.Time) time.Time {
+	if a.quarant <= 0 {
+		return time.Time{}
+	}
+	return now.Add(a.quarant)
+}
+
 // Release is ReleaseAt at time.Now().
 func (a *Allocator) Release(ctx context.Context, owner store.Owner) error {
 	return a.ReleaseAt(ctx, owner, time.Now())
@@ -1191,7 +1211,7 @@ func (a *Allocator) ReleaseAt(ctx context.Context, owner store.Owner, now time.T
 	var buf [4]holding
 	var errs []error
 	for _, h := range a.lookup(id, owner.Interface, buf[:0]) {
-		if _, err := a.releaseClaim(ctx, h.pool, h.ip, id); err != nil {
+		if _, err := a.releaseClaim(ctx, h.pool, h.ip, id, a.quarantineUntil(now)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -1284,7 +1304,7 @@ func (a *Allocator) ReleaseClaim(ctx context.Context, c store.Claim) error {
 	err = a.store.Delete(ctx, c.Pool, c.IP, c.Revision)
 	switch {
 	case err == nil:
-		idx.forget(c.IP)
+		idx.retire(c.IP, a.quarantineUntil(time.Now()))
 		a.dropHolding(identity(c.Owner), idx, c.IP)
 		return nil
 	case errors.Is(err, store.ErrNotFound):
@@ -1307,11 +1327,17 @@ func (a *Allocator) ReleaseClaim(ctx context.Context, c store.Claim) error {
 // ReleaseIP releases the claim on ip in pool, whoever holds it. It returns
 // ErrNotFound if the address is not claimed.
 func (a *Allocator) ReleaseIP(ctx context.Context, pool string, ip netip.Addr) error {
-	idx, err := a.index(ctx, pool, time.Now())
+	return a.ReleaseIPAt(ctx, pool, ip, time.Now())
+}
+
+// ReleaseIPAt is ReleaseIP at time now (which starts the address's
+// quarantine, if the Allocator has one).
+func (a *Allocator) ReleaseIPAt(ctx context.Context, pool string, ip netip.Addr, now time.Time) error {
+	idx, err := a.index(ctx, pool, now)
 	if err != nil {
 		return err
 	}
-	found, err := a.releaseClaim(ctx, idx, ip, ownerID{})
+	found, err := a.releaseClaim(ctx, idx, ip, ownerID{}, a.quarantineUntil(now))
 	if err == nil && !found {
 		return fmt.Errorf("pool %q: %s: %w", pool, ip, ErrNotFound)
 	}
@@ -1321,8 +1347,9 @@ func (a *Allocator) ReleaseIP(ctx context.Context, pool string, ip netip.Addr) e
 // releaseClaim deletes the claim on ip, revision-checked against what the
 // Store says now. If only is set, the claim is released only while that
 // identity holds it. The index is updated to what the Store says. found
-// reports whether the Store had a claim on ip at all.
-func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.Addr, only ownerID) (found bool, err error) {
+// reports whether the Store had a claim on ip at all. A released address stays
+// out of reuse until the given time (zero: none).
+func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.Addr, only ownerID, until time.Time) (found bool, err error) {
 	for attempt := 0; ; attempt++ {
 		c, err := a.store.Get(ctx, idx.name, ip)
 		if errors.Is(err, store.ErrNotFound) {
@@ -1347,7 +1374,7 @@ func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.A
 		case err == nil || errors.Is(err, store.ErrNotFound):
 			// If someone claimed ip again since, the index may now call it
 			// free: the Store refuses a second claim, and the index learns.
-			idx.forget(ip)
+			idx.retire(ip, until)
 			a.dropHolding(identity(c.Owner), idx, ip)
 			return true, nil
 		case errors.Is(err, store.ErrConflict) && attempt < 3:
@@ -1366,12 +1393,13 @@ type poolIndex struct {
 	// without it.
 	def atomic.Pointer[poolDef]
 
-	mu       sync.Mutex
-	tree     *usedTree
-	cursor   netip.Addr
-	next     u128    // where round-robin resumes: the ordinal after cursor
-	nextLay  *layout // the layout next is an ordinal of; nil: work it out
-	lastSync time.Time
+	mu         sync.Mutex
+	tree       *usedTree
+	quarantine []quarantined // released addresses still kept, oldest first
+	cursor     netip.Addr
+	next       u128    // where round-robin resumes: the ordinal after cursor
+	nextLay    *layout // the layout next is an ordinal of; nil: work it out
+	lastSync   time.Time
 }
 
 // poolDef is a pool definition and the layout built from it. Immutable.
@@ -1384,17 +1412,24 @@ type poolDef struct {
 	empty Reason
 }
 
-// usage returns "used/total".
+// usage returns "used/total used", and how many of them are in quarantine.
 func (idx *poolIndex) usage() string {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
-	return fmt.Sprintf("%s/%s", idx.tree.used, idx.def.Load().layout.total)
+	if len(idx.quarantine) > 0 {
+		return fmt.Sprintf("%s/%s used, %d of them in quarantine", idx.tree.used, idx.def.Load().layout.total, len(idx.quarantine))
+	}
+	return fmt.Sprintf("%s/%s used", idx.tree.used, idx.def.Load().layout.total)
 }
 
 func (idx *poolIndex) describe() string {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
-	return idx.def.Load().layout.describe(idx.tree)
+	d := idx.def.Load().layout.describe(idx.tree)
+	if len(idx.quarantine) > 0 {
+		d += fmt.Sprintf(", %d of them in quarantine", len(idx.quarantine))
+	}
+	return d
 }
 
 // rebuild installs definition d, marking the claims used. Called with mu held.
@@ -1408,18 +1443,24 @@ func (idx *poolIndex) rebuild(d *poolDef, claims []store.Claim, now time.Time) {
 			idx.tree.set(o)
 		}
 	}
+	for _, q := range idx.quarantine {
+		if o, ok := lay.ordinal(q.ip); ok {
+			idx.tree.set(o)
+		}
+	}
 }
 
 // reserve marks an address used before it is created in the Store: want if
 // valid and free, else the next free one by the pool's strategy.
-func (idx *poolIndex) reserve(want netip.Addr) (netip.Addr, slot, bool) {
+func (idx *poolIndex) reserve(want netip.Addr, now time.Time) (netip.Addr, slot, bool) {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
 	d := idx.def.Load()
 	lay := d.layout
+	idx.drain(now)
 	if want.IsValid() {
 		o, ok := lay.ordinal(want)
-		if !ok || !idx.tree.set(o) {
+		if !ok || (!idx.tree.set(o) && !idx.unquarantine(want)) {
 			return netip.Addr{}, slot{}, false
 		}
 		idx.cursor, idx.next, idx.nextLay = want, o.addOne(), lay
@@ -1473,6 +1514,54 @@ func (idx *poolIndex) learnTaken(ip netip.Addr) {
 // someone else's claim just learnt.
 func (idx *poolIndex) commit(c store.Claim) {
 	idx.learnTaken(c.IP)
+}
+
+// quarantined is a released address kept out of reuse until a time.
+type quarantined struct {
+	ip    netip.Addr
+	until time.Time
+}
+
+// retire records that ip is no longer claimed: at once if until is zero,
+// else it stays marked used until then. Releases usually arrive in order of
+// their end times; one that does not waits for those queued before it, which
+// only ever lengthens a quarantine.
+func (idx *poolIndex) retire(ip netip.Addr, until time.Time) {
+	if until.IsZero() {
+		idx.forget(ip)
+		return
+	}
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
+		idx.tree.set(o)
+		idx.quarantine = append(idx.quarantine, quarantined{ip, until})
+	}
+}
+
+// drain frees the quarantined addresses whose time is up. Called with mu held.
+func (idx *poolIndex) drain(now time.Time) {
+	n := 0
+	for n < len(idx.quarantine) && !idx.quarantine[n].until.After(now) {
+		if o, ok := idx.def.Load().layout.ordinal(idx.quarantine[n].ip); ok {
+			idx.tree.clear(o)
+		}
+		n++
+	}
+	if n > 0 {
+		idx.quarantine = slices.Delete(idx.quarantine, 0, n)
+	}
+}
+
+// unquarantine takes ip out of quarantine, reporting whether it was there; its
+// mark stays, for the caller now holds it. Called with mu held.
+func (idx *poolIndex) unquarantine(ip netip.Addr) bool {
+	i := slices.IndexFunc(idx.quarantine, func(q quarantined) bool { return q.ip == ip })
+	if i < 0 {
+		return false
+	}
+	idx.quarantine = slices.Delete(idx.quarantine, i, i+1)
+	return true
 }
 
 // forget records that ip is no longer claimed.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -75,4 +76,55 @@ func TestReleaseClaimChecksRevision(t *testing.T) {
 	left, err := a.Claims(ctx)
 	require.NoError(t, err)
 	require.Empty(t, left)
+}
+
+// TestQuarantine checks that a released address stays out of dynamic reuse for
+// the quarantine under both strategies, comes back when it ends, survives a
+// reload of the index, and is still granted to a request that names it.
+func TestQuarantine(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	const q = 30 * time.Second
+	for _, strategy := range []string{"lowest-free", "round-robin"} {
+		t.Run(strategy, func(t *testing.T) {
+			ctx := context.Background()
+			// Three usable addresses: .2 .3 .4 (gateway .1, broadcast .7 excluded;
+			// the range ends at .4).
+			cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"p","strategy":"` + strategy +
+				`","ranges":[{"subnet":"10.0.0.0/29","rangeEnd":"10.0.0.4"}]}`))
+			require.NoError(t, err)
+			a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Quarantine: q, ResyncInterval: time.Nanosecond})
+			require.NoError(t, err)
+			req := func(id string, ips ...string) ipam.Request {
+				r := ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+				for _, s := range ips {
+					r.Interfaces[0].IPs = append(r.Interfaces[0].IPs, netip.MustParseAddr(s))
+				}
+				return r
+			}
+			got := func(res ipam.Result, err error) string {
+				t.Helper()
+				require.NoError(t, err)
+				return res.IPs[0].Address.Addr().String()
+			}
+			require.Equal(t, "10.0.0.2", got(a.AllocateAt(ctx, req("a"), t0)))
+			require.Equal(t, "10.0.0.3", got(a.AllocateAt(ctx, req("b"), t0)))
+			require.NoError(t, a.ReleaseAt(ctx, store.Owner{ContainerID: "a"}, t0))
+
+			// .2 is in quarantine: the next dynamic address is .4, then nothing,
+			// even after a reload (ResyncInterval is tiny, so exhaustion reloads).
+			require.Equal(t, "10.0.0.4", got(a.AllocateAt(ctx, req("c"), t0.Add(time.Second))))
+			_, err = a.AllocateAt(ctx, req("d"), t0.Add(q-time.Nanosecond))
+			require.ErrorIs(t, err, ipam.ErrExhausted)
+			require.ErrorContains(t, err, "in quarantine")
+
+			// When the quarantine ends, .2 is free again.
+			require.Equal(t, "10.0.0.2", got(a.AllocateAt(ctx, req("d"), t0.Add(q))))
+
+			// A request that names a quarantined address gets it at once.
+			require.NoError(t, a.ReleaseAt(ctx, store.Owner{ContainerID: "b"}, t0.Add(q)))
+			require.Equal(t, "10.0.0.3", got(a.AllocateAt(ctx, req("e", "10.0.0.3"), t0.Add(q+time.Second))))
+		})
+	}
+	_, err := ipam.NewAllocator(ipam.Options{Pools: &ipam.Catalog{}, Quarantine: -time.Second})
+	require.ErrorIs(t, err, ipam.ErrInvalid)
 }
