@@ -77,6 +77,12 @@ type Request struct {
 	UID       string
 	// ContainerID identifies the owner when UID is empty (host-local's identity).
 	ContainerID string
+	// Stable marks a pod whose addresses belong to its namespace and name, not
+	// its UID: a StatefulSet pod (or a KubeVirt VM's). A new pod of the same
+	// name gets them back, and the claims are re-pointed to its UID. If the
+	// pools chosen for an interface no longer include the pool of the held
+	// address, that address is released once the new one is claimed.
+	Stable bool
 
 	// Labels and Annotations are the pod's. Annotations carry the
 	// ipam.spidernet.io/ippool(s) and subnet(s) pool choices.
@@ -164,6 +170,9 @@ const (
 	StatusFiltered  Status = "filtered"
 	StatusExhausted Status = "exhausted"
 	StatusFailed    Status = "failed"
+	// StatusReleased marks the pool of an address a stable owner held before
+	// and gave up, its pools having changed.
+	StatusReleased Status = "released"
 )
 
 // TraceEntry records one pool considered for one interface and IP family.
@@ -228,17 +237,29 @@ type Allocator struct {
 	allLoaded bool
 }
 
-// ownerID is an owner's identity: its pod UID, or else its container ID.
+// ownerID is an owner's identity: its pod UID, its container ID, or, for a
+// stable owner, its namespace/name.
 type ownerID struct {
-	byUID bool
-	id    string
+	kind idKind
+	id   string
 }
 
+type idKind uint8
+
+const (
+	byContainer idKind = iota + 1
+	byUID
+	byName
+)
+
 func identity(o store.Owner) ownerID {
-	if o.UID != "" {
-		return ownerID{true, o.UID}
+	switch {
+	case o.Stable:
+		return ownerID{byName, o.Namespace + "/" + o.Name}
+	case o.UID != "":
+		return ownerID{byUID, o.UID}
 	}
-	return ownerID{false, o.ContainerID}
+	return ownerID{byContainer, o.ContainerID}
 }
 
 // holding is one address an owner holds.
@@ -295,7 +316,7 @@ func (hs *holdings) remove(i int) {
 // matches reports whether h serves interface iface: the same name, or a legacy
 // host-local claim that recorded no interface.
 func (h holding) matches(id ownerID, iface string) bool {
-	return h.iface == iface || (h.iface == "" && !id.byUID)
+	return h.iface == iface || (h.iface == "" && id.kind == byContainer)
 }
 
 // NewAllocator returns an Allocator for the options.
@@ -351,7 +372,7 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
-	owner := store.Owner{Namespace: req.Namespace, Name: req.Name, UID: req.UID, ContainerID: req.ContainerID}
+	owner := store.Owner{Namespace: req.Namespace, Name: req.Name, UID: req.UID, ContainerID: req.ContainerID, Stable: req.Stable}
 	id := identity(owner)
 
 	var (
@@ -414,6 +435,22 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	}
 
 	// What the owner holds already, then requested addresses, then the rest.
+	// The owner index knows the claims of loaded pools only: load the
+	// candidates, and for a stable owner (whose pools may have changed since
+	// its last allocation) every pool.
+	if req.Stable {
+		if err := a.loadAll(ctx, now); err != nil {
+			return Result{}, &AllocationError{Err: err, Reason: "loading claims: " + err.Error()}
+		}
+	} else if sreq != nil {
+		for _, c := range selected {
+			for _, name := range c.Pools {
+				if _, err := a.index(ctx, name, now); err != nil && !errors.Is(err, ErrNotFound) {
+					return Result{}, &AllocationError{Interface: c.Interface, Family: c.Family, Pool: name, Err: err, Reason: err.Error()}
+				}
+			}
+		}
+	}
 	for i := range tasks {
 		t := &tasks[i]
 		if err := a.reuse(ctx, t, id, owner); err != nil {
@@ -445,6 +482,15 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 		}
 	}
 
+	for i := range tasks {
+		if c := tasks[i].stale; c != nil {
+			if idx := a.indexFor(c.Pool); idx != nil {
+				if _, err := a.releaseClaim(ctx, idx, c.IP, id, a.quarantineUntil(now)); err != nil {
+					a.log.Warn("ipam: cannot release the address of a pool no longer chosen", "pool", c.Pool, "ip", c.IP, "err", err)
+				}
+			}
+		}
+	}
 	entries := 0
 	for i := range tasks {
 		entries += max(1, len(tasks[i].trace)+len(tasks[i].order))
@@ -514,10 +560,27 @@ func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.
 	}
 	// The index may be stale (a release or a reload raced it, or another
 	// Allocator released the claim): trust the Store only.
-	if held, err := a.stillHeld(ctx, h.pool, h.ip, id); err != nil {
+	c, held, err := a.stillHeld(ctx, h.pool, h.ip, id)
+	if err != nil {
 		return &AllocationError{Interface: t.iface, Pool: h.pool.name, IP: h.ip, Err: err, Reason: "store: " + err.Error()}
 	} else if !held {
 		return nil
+	}
+	if owner.Stable && t.sel != nil && !slices.Contains(t.sel.Pools, h.pool.name) {
+		// The pod's pools changed: serve it anew, and let the old address go
+		// once that worked (Spiderpool releases it first).
+		t.stale = &c
+		return nil
+	}
+	if owner.Stable && c.Owner.UID != owner.UID {
+		// A new pod of the same name: the claim follows it.
+		moved := c
+		moved.Owner = owner
+		moved.Owner.Interface = c.Owner.Interface
+		if _, err := a.store.Update(ctx, moved, c.Revision); err != nil {
+			return &AllocationError{Interface: t.iface, Pool: h.pool.name, IP: h.ip, Err: err,
+				Reason: fmt.Sprintf("re-pointing the claim of %s from uid %s to uid %s: %v", owner, c.Owner.UID, owner.UID, err)}
+		}
 	}
 	if t.want.IsValid() && t.want != h.ip {
 		owner.Interface = t.iface
@@ -552,7 +615,7 @@ func (a *Allocator) claimSelected(ctx context.Context, t *task, owner store.Owne
 			t.tried = rank
 			continue
 		}
-		ip, _, err := a.claim(ctx, idx, t.iface, netip.Addr{}, owner, now)
+		ip, reused, err := a.claim(ctx, idx, t.iface, netip.Addr{}, owner, now)
 		if errors.Is(err, ErrExhausted) {
 			t.trace = append(t.trace, TraceEntry{Pool: p.Name, Status: StatusExhausted, Reason: ReasonExhausted,
 				Message: "exhausted (" + idx.usage() + ")", Rank: rank})
@@ -564,7 +627,7 @@ func (a *Allocator) claimSelected(ctx context.Context, t *task, owner store.Owne
 			t.tried = rank
 			return err
 		}
-		t.idx, t.pool, t.lay, t.ip, t.served = idx, def.pool, def.layout, ip, rank
+		t.idx, t.pool, t.lay, t.ip, t.reused, t.served = idx, def.pool, def.layout, ip, reused, rank
 		return nil
 	}
 	// Nothing served: say why, pool by pool.
@@ -598,6 +661,7 @@ type task struct {
 	// Selected tasks only.
 	sel    *Candidates
 	family int
+	stale  *store.Claim // a stable owner's claim in a pool no longer chosen
 	order  []*Pool      // the candidates that passed the filters, sorted
 	tried  int          // how many of order were tried and did not serve
 	served int          // rank of the pool of order that served; 0 if none
@@ -629,6 +693,10 @@ func (t *task) appendTrace(out []TraceEntry) []TraceEntry {
 	}
 	for k := next; k < len(t.order); k++ {
 		out = append(out, TraceEntry{Pool: t.order[k].Name, Status: StatusCandidate, Rank: k + 1})
+	}
+	if t.stale != nil {
+		out = append(out, TraceEntry{Pool: t.stale.Pool, Status: StatusReleased,
+			Message: "released " + t.stale.IP.String() + ": the pod's pools no longer include this one"})
 	}
 	for j := start; j < len(out); j++ {
 		out[j].Interface, out[j].Family, out[j].Source = t.iface, fam, t.source
@@ -713,6 +781,9 @@ func (req *Request) validate() error {
 	fe.object = "request"
 	if req.UID == "" && req.ContainerID == "" {
 		fe.add("uid", "", "required (or containerID)")
+	}
+	if req.Stable && (req.Namespace == "" || req.Name == "") {
+		fe.add("name", req.Namespace+"/"+req.Name, "a stable owner needs its namespace and name")
 	}
 	if len(req.Interfaces) == 0 {
 		fe.add("interfaces", "", "at least one interface is required")
@@ -821,22 +892,22 @@ func (a *Allocator) held(id ownerID, iface string, idx *poolIndex) (netip.Addr, 
 
 // stillHeld reports whether the Store still has id's claim on ip, and drops it
 // from the index if not.
-func (a *Allocator) stillHeld(ctx context.Context, idx *poolIndex, ip netip.Addr, id ownerID) (bool, error) {
+func (a *Allocator) stillHeld(ctx context.Context, idx *poolIndex, ip netip.Addr, id ownerID) (store.Claim, bool, error) {
 	c, err := a.store.Get(ctx, idx.name, ip)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		idx.forget(ip)
 		a.dropHolding(id, idx, ip)
-		return false, nil
+		return c, false, nil
 	case err != nil:
-		return false, err
+		return c, false, err
 	case identity(c.Owner) != id:
 		a.dropHolding(id, idx, ip)
 		idx.commit(c)
 		a.addHolding(idx, c)
-		return false, nil
+		return c, false, nil
 	}
-	return true, nil
+	return c, true, nil
 }
 
 // claim takes one address in idx for owner: want if valid, else the next free
@@ -1229,7 +1300,7 @@ func (a *Allocator) lookup(id ownerID, iface string, out []holding) []holding {
 			out = append(out, h)
 		}
 	}
-	if len(out) == 0 && iface != "" && !id.byUID {
+	if len(out) == 0 && iface != "" && id.kind == byContainer {
 		for i := range hs.n {
 			if h := hs.at(i); h.iface == "" {
 				out = append(out, h)

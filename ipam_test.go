@@ -128,3 +128,69 @@ func TestQuarantine(t *testing.T) {
 	_, err := ipam.NewAllocator(ipam.Options{Pools: &ipam.Catalog{}, Quarantine: -time.Second})
 	require.ErrorIs(t, err, ipam.ErrInvalid)
 }
+
+// TestStableOwner checks StatefulSet-style reuse: the pod of the same name gets
+// its addresses back under a new UID, the claims are re-pointed to that UID,
+// a pod that is not stable does not, and a change of the pod's pools releases
+// the old address once the new one is claimed.
+func TestStableOwner(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	cat, err := ipam.NewCatalog(
+		ipam.MustParsePool(`{"name":"a","subnet":"10.0.1.0/24","ips":["10.0.1.10-10.0.1.20"],"strategy":"lowest-free"}`),
+		ipam.MustParsePool(`{"name":"b","subnet":"10.0.2.0/24","ips":["10.0.2.10-10.0.2.20"],"strategy":"lowest-free"}`),
+	)
+	require.NoError(t, err)
+	st := memstore.New()
+	a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
+	require.NoError(t, err)
+	pod := func(name, uid, pool string, stable bool) ipam.Request {
+		return ipam.Request{Namespace: "db", Name: name, UID: uid, Stable: stable,
+			Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["` + pool + `"]}`},
+			Interfaces:  []ipam.Interface{{Name: "eth0"}}}
+	}
+	addr := func(res ipam.Result, err error) (string, bool) {
+		t.Helper()
+		require.NoError(t, err)
+		require.Len(t, res.IPs, 1)
+		return res.IPs[0].Address.Addr().String(), res.IPs[0].Reused
+	}
+
+	ip, _ := addr(a.AllocateAt(ctx, pod("pg-0", "uid-1", "a", true), t0))
+	require.Equal(t, "10.0.1.10", ip)
+	ip, _ = addr(a.AllocateAt(ctx, pod("web-0", "uid-w1", "a", false), t0))
+	require.Equal(t, "10.0.1.11", ip)
+
+	// pg-0 comes back with a new UID: same address, claim now names uid-2.
+	ip, reused := addr(a.AllocateAt(ctx, pod("pg-0", "uid-2", "a", true), t0))
+	require.Equal(t, "10.0.1.10", ip)
+	require.True(t, reused)
+	c, err := st.Get(ctx, "a", netip.MustParseAddr("10.0.1.10"))
+	require.NoError(t, err)
+	require.Equal(t, "uid-2", c.Owner.UID)
+	require.True(t, c.Owner.Stable)
+
+	// A Deployment pod with a new UID is a new owner: a new address.
+	ip, reused = addr(a.AllocateAt(ctx, pod("web-0", "uid-w2", "a", false), t0))
+	require.Equal(t, "10.0.1.12", ip)
+	require.False(t, reused)
+
+	// pg-0's pool annotation now names b: a new address in b, and a's is let go.
+	res, err := a.AllocateAt(ctx, pod("pg-0", "uid-3", "b", true), t0)
+	ip, reused = addr(res, err)
+	require.Equal(t, "10.0.2.10", ip)
+	require.False(t, reused)
+	_, err = st.Get(ctx, "a", netip.MustParseAddr("10.0.1.10"))
+	require.ErrorIs(t, err, store.ErrNotFound)
+	require.Equal(t, ipam.StatusReleased, res.Trace[len(res.Trace)-1].Status)
+
+	// A second Allocator on the same Store (a restarted agent) knows pg-0 by name.
+	b, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st.Open()})
+	require.NoError(t, err)
+	ip, reused = addr(b.AllocateAt(ctx, pod("pg-0", "uid-4", "b", true), t0))
+	require.Equal(t, "10.0.2.10", ip)
+	require.True(t, reused)
+
+	_, err = a.AllocateAt(ctx, ipam.Request{UID: "u", Stable: true, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"a"}}}}, t0)
+	require.ErrorIs(t, err, ipam.ErrInvalid)
+}

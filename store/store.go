@@ -39,13 +39,18 @@ var (
 
 // Owner says who holds a claim. An owner is identified by its pod UID when set,
 // otherwise by its container ID (host-local's identity); Interface narrows the
-// identity to one interface of that pod or container. The zero Owner owns nothing.
+// identity to one interface of that pod or container. A Stable owner (a
+// StatefulSet or KubeVirt pod) is identified by its namespace and name instead,
+// so that its claims outlive the pod object and go back to the pod of the same
+// name; UID then records the pod that holds the claim now. The zero Owner owns
+// nothing.
 type Owner struct {
 	Namespace   string `json:"namespace,omitempty"`
 	Name        string `json:"name,omitempty"`
 	UID         string `json:"uid,omitempty"`
 	ContainerID string `json:"containerID,omitempty"`
 	Interface   string `json:"interface,omitempty"`
+	Stable      bool   `json:"stable,omitempty"`
 }
 
 // IsZero reports whether o identifies nobody (neither a UID nor a container ID).
@@ -136,6 +141,9 @@ func (c Claim) Validate() error {
 	}
 	if c.Owner.IsZero() {
 		errs = append(errs, fmt.Errorf("claim %s: owner has neither uid nor container id", c.IP))
+	}
+	if c.Owner.Stable && c.Owner.Name == "" {
+		errs = append(errs, fmt.Errorf("claim %s: a stable owner needs a name", c.IP))
 	}
 	return errors.Join(errs...)
 }
