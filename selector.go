@@ -564,10 +564,11 @@ func (u *poolNameSet) add(n string) {
 //  2. The pod annotation ipam.spidernet.io/ippools: candidates for every
 //     interface it lists, including interfaces not in req (Spiderpool serves
 //     every listed interface on the first CNI ADD). Entries without interface
-//     names bind by position: entry i serves req.Interfaces[i] when there is
-//     one, else "eth0" for entry 0 and "net<i>" for entry i > 0 (Multus's
-//     default names; Spiderpool calls them "0", "1", ... until each CNI ADD
-//     claims one). Every interface of req that needs selection must be
+//     names bind by position to Multus's default interface names: "eth0"
+//     for entry 0 and "net<i>" for entry i > 0, whichever interface the
+//     request is for (Spiderpool calls them "0", "1", ... until each CNI ADD
+//     claims one, so a CNI ADD for net1 finds the address the ADD for eth0
+//     allocated for it). Every interface of req that needs selection must be
 //     listed, named or by position. An entry's cleangateway overrides
 //     NetConf.CleanGateway.
 //  3. The pod annotation ipam.spidernet.io/ippool: the same pools for every
@@ -819,17 +820,10 @@ func (s *chain) ipPools(value string) ([]Candidates, error) {
 		switch {
 		case e.Interface != "":
 			names[i] = e.Interface
-		case i < len(s.req.Interfaces):
-			names[i] = s.req.Interfaces[i].Name
 		case i == 0:
 			names[i] = "eth0"
 		default:
 			names[i] = "net" + strconv.Itoa(i)
-		}
-		if e.Interface == "" {
-			if j := slices.Index(names[:i], names[i]); j >= 0 {
-				a.invalid("%s: bound by position to interface %s, which %s is bound to too", jsonIndex(i), strconv.Quote(names[i]), jsonIndex(j))
-			}
 		}
 	}
 	for _, ifc := range s.req.Interfaces {

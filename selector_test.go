@@ -621,10 +621,10 @@ func TestSelectMultiNIC(t *testing.T) {
 			},
 		},
 		{
-			name: "SP-41 unnamed entries take the request's names", pools: pools, pod: sp41, ifaces: selIfaces("eth0", "macvlan0"),
+			name: "SP-41 unnamed entries bind to eth0, net1 whatever the request's interface", pools: pools, pod: sp41, ifaces: selIfaces("net1"),
 			want: []ipam.Candidates{
 				selCand("eth0", 4, ipam.SourcePodIPPools, "pA"),
-				selCleanGW(selCand("macvlan0", 4, ipam.SourcePodIPPools, "pB")),
+				selCleanGW(selCand("net1", 4, ipam.SourcePodIPPools, "pB")),
 			},
 		},
 		{
@@ -634,11 +634,10 @@ func TestSelectMultiNIC(t *testing.T) {
 			errHas: []string{`interface "net2" has no entry`},
 		},
 		{
-			name: "unnamed entries: a positional name that clashes", pools: pools,
-			pod:    ippools(`[{"ipv4":["pA"]},{"ipv4":["pB"]},{"ipv4":["shared"]}]`),
-			ifaces: selIfaces("eth0", "net2"),
+			name: "unnamed entries: an interface without a Multus default name is an error", pools: pools, pod: sp41,
+			ifaces: selIfaces("eth0", "macvlan0"),
 			err:    ipam.ErrInvalid,
-			errHas: []string{`[2]: bound by position to interface "net2"`},
+			errHas: []string{`interface "macvlan0" has no entry`, "eth0, net1"},
 		},
 		{
 			name: "entry cleangateway overrides clean_gateway both ways", pools: pools,
