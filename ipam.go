@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -316,7 +317,7 @@ func (hs *holdings) remove(i int) {
 // matches reports whether h serves interface iface: the same name, or a legacy
 // host-local claim that recorded no interface.
 func (h holding) matches(id ownerID, iface string) bool {
-	return h.iface == iface || (h.iface == "" && id.kind == byContainer)
+	return h.iface == iface || h.iface == ""
 }
 
 // NewAllocator returns an Allocator for the options.
@@ -572,15 +573,20 @@ func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.
 		t.stale = &c
 		return nil
 	}
-	if owner.Stable && c.Owner.UID != owner.UID {
-		// A new pod of the same name: the claim follows it.
+	if (owner.Stable && c.Owner.UID != owner.UID) || (c.Owner.Interface == "" && id.kind != byContainer) {
+		// A new pod of the same name: the claim follows it. A pod claim that
+		// names no interface (imported from Spiderpool, whose records have
+		// none) is adopted by the first interface that finds it, so that a
+		// second interface on the same pool gets an address of its own.
 		moved := c
 		moved.Owner = owner
-		moved.Owner.Interface = c.Owner.Interface
+		moved.Owner.Interface = cmp.Or(c.Owner.Interface, t.iface)
 		if _, err := a.store.Update(ctx, moved, c.Revision); err != nil {
 			return &AllocationError{Interface: t.iface, Pool: h.pool.name, IP: h.ip, Err: err,
-				Reason: fmt.Sprintf("re-pointing the claim of %s from uid %s to uid %s: %v", owner, c.Owner.UID, owner.UID, err)}
+				Reason: fmt.Sprintf("re-pointing the claim of %s (uid %s) on %s: %v", owner, c.Owner.UID, h.ip, err)}
 		}
+		a.dropHolding(id, h.pool, h.ip)
+		a.addHolding(h.pool, moved)
 	}
 	if t.want.IsValid() && t.want != h.ip {
 		owner.Interface = t.iface
@@ -1300,7 +1306,7 @@ func (a *Allocator) lookup(id ownerID, iface string, out []holding) []holding {
 			out = append(out, h)
 		}
 	}
-	if len(out) == 0 && iface != "" && id.kind == byContainer {
+	if len(out) == 0 && iface != "" {
 		for i := range hs.n {
 			if h := hs.at(i); h.iface == "" {
 				out = append(out, h)
