@@ -1374,14 +1374,20 @@ func (a *Allocator) Claims(ctx context.Context) ([]store.Claim, error) {
 // wrapping ErrConflict. A claim already gone returns an error wrapping
 // ErrNotFound. The Allocator's index learns the outcome either way.
 func (a *Allocator) ReleaseClaim(ctx context.Context, c store.Claim) error {
-	idx, err := a.index(ctx, c.Pool, time.Now())
+	return a.ReleaseClaimAt(ctx, c, time.Now())
+}
+
+// ReleaseClaimAt is ReleaseClaim at time now (which starts the address's
+// quarantine, if the Allocator has one).
+func (a *Allocator) ReleaseClaimAt(ctx context.Context, c store.Claim, now time.Time) error {
+	idx, err := a.index(ctx, c.Pool, now)
 	if err != nil {
 		return err
 	}
 	err = a.store.Delete(ctx, c.Pool, c.IP, c.Revision)
 	switch {
 	case err == nil:
-		idx.retire(c.IP, a.quarantineUntil(time.Now()))
+		idx.retire(c.IP, a.quarantineUntil(now))
 		a.dropHolding(identity(c.Owner), idx, c.IP)
 		return nil
 	case errors.Is(err, store.ErrNotFound):
