@@ -140,8 +140,11 @@ type Interface struct {
 	Network string
 }
 
-// Result lists the addresses a request got, in interface order and, within an
-// interface, in pool order, with the trace of how they were chosen.
+// Result lists the addresses a request got, with the trace of how they were
+// chosen. Interfaces that name their pools come in request order, each in pool
+// order; interfaces whose pools were selected come where the first of them is
+// in the request, in Select's order (the ippools annotation's order for that
+// rule), IPv4 before IPv6. The zero Result holds nothing.
 type Result struct {
 	IPs   []IPConfig
 	Trace []TraceEntry
@@ -399,13 +402,13 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	if n > len(taskBuf) {
 		tasks = make([]task, 0, n)
 	}
-	used := make([]bool, len(selected))
+	// Selected interfaces keep the order Select gave them (the ippools
+	// annotation's, for that rule), placed where the first of them is.
 	var err error
-	for _, ifc := range req.Interfaces {
+	for i, ifc := range req.Interfaces {
 		if len(ifc.Pools) == 0 {
-			for k := range selected {
-				if !used[k] && selected[k].Interface == ifc.Name {
-					used[k] = true
+			if slices.IndexFunc(req.Interfaces[:i], func(x Interface) bool { return len(x.Pools) == 0 }) < 0 {
+				for k := range selected {
 					if tasks, err = a.appendSelected(tasks, sreq, &selected[k]); err != nil {
 						return Result{}, err
 					}
@@ -424,14 +427,6 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 		}
 		if err := placeRequested(ifc, tasks[start:]); err != nil {
 			return Result{}, err
-		}
-	}
-	// Interfaces that only the ippools annotation names.
-	for k := range selected {
-		if !used[k] {
-			if tasks, err = a.appendSelected(tasks, sreq, &selected[k]); err != nil {
-				return Result{}, err
-			}
 		}
 	}
 

@@ -194,3 +194,68 @@ func TestStableOwner(t *testing.T) {
 	_, err = a.AllocateAt(ctx, ipam.Request{UID: "u", Stable: true, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"a"}}}}, t0)
 	require.ErrorIs(t, err, ipam.ErrInvalid)
 }
+
+// TestSamePoolTwoInterfaces checks what Spiderpool leaves open: one pool named
+// for two interfaces of one pod gives each interface an address of its own, and
+// a repeat of the request gives both back.
+func TestSamePoolTwoInterfaces(t *testing.T) {
+	ctx := context.Background()
+	cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"p","subnet":"10.0.1.0/24","ips":["10.0.1.10-10.0.1.20"],"strategy":"lowest-free"}`))
+	require.NoError(t, err)
+	a, err := ipam.NewAllocator(ipam.Options{Pools: cat})
+	require.NoError(t, err)
+	req := ipam.Request{Namespace: "default", Name: "pod", UID: "u1",
+		Annotations: map[string]string{ipam.AnnotationIPPools: `[{"interface":"eth0","ipv4":["p"]},{"interface":"net1","ipv4":["p"]}]`},
+		Interfaces:  []ipam.Interface{{Name: "eth0"}}}
+	first, err := a.Allocate(ctx, req)
+	require.NoError(t, err)
+	require.Len(t, first.IPs, 2)
+	require.Equal(t, "eth0", first.IPs[0].Interface)
+	require.Equal(t, "net1", first.IPs[1].Interface)
+	require.NotEqual(t, first.IPs[0].Address, first.IPs[1].Address)
+
+	// The CNI ADD for net1 finds what the ADD for eth0 allocated.
+	req.Interfaces = []ipam.Interface{{Name: "net1"}}
+	again, err := a.Allocate(ctx, req)
+	require.NoError(t, err)
+	require.Len(t, again.IPs, 2)
+	for i := range again.IPs {
+		require.True(t, again.IPs[i].Reused)
+		require.Equal(t, first.IPs[i].Address, again.IPs[i].Address)
+	}
+}
+
+// TestSelectionAllOrNothing checks that a dual-stack request whose IPv6 part
+// cannot be served keeps no IPv4 address either, and that the error carries
+// the trace of both families.
+func TestSelectionAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	cat, err := ipam.NewCatalog(
+		ipam.MustParsePool(`{"name":"v4","subnet":"10.0.1.0/24","ips":["10.0.1.10-10.0.1.20"]}`),
+		ipam.MustParsePool(`{"name":"v6","subnet":"fd00::/120","ips":["fd00::10"]}`),
+	)
+	require.NoError(t, err)
+	st := memstore.New()
+	a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
+	require.NoError(t, err)
+	pod := func(name string) ipam.Request {
+		return ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name,
+			Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["v4"],"ipv6":["v6"]}`},
+			Interfaces:  []ipam.Interface{{Name: "eth0"}}}
+	}
+	_, err = a.Allocate(ctx, pod("a"))
+	require.NoError(t, err)
+	_, err = a.Allocate(ctx, pod("b"))
+	require.ErrorIs(t, err, ipam.ErrNoCandidates)
+	var ae *ipam.AllocationError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, 6, ae.Family)
+	fams := map[int]bool{}
+	for _, e := range ae.Trace {
+		fams[e.Family] = true
+	}
+	require.Equal(t, map[int]bool{4: true, 6: true}, fams, "trace: %v", ae.Trace)
+	held, err := st.List(ctx, "v4")
+	require.NoError(t, err)
+	require.Len(t, held, 1, "pod b's IPv4 address must have been given back")
+}
