@@ -63,8 +63,9 @@ type LabelSelectorRequirement struct {
 
 // ParseLabelSelector parses the JSON form of a Kubernetes LabelSelector, such as
 // {"matchLabels":{"app":"web"}}, and validates it. Unknown fields are ignored,
-// as Kubernetes clients ignore them; known ones are matched case-insensitively,
-// as encoding/json matches them. The JSON literal null gives a nil selector,
+// as Kubernetes clients ignore them; a known field written in another case
+// ("MatchLabels") is an error, for the Kubernetes API server would not take it
+// as that field. The JSON literal null gives a nil selector,
 // which matches nothing, as a null selector does in Kubernetes.
 //
 // Every error is a *FieldError, or several joined with errors.Join, and
@@ -75,6 +76,9 @@ func ParseLabelSelector(data []byte) (*LabelSelector, error) {
 	var s *LabelSelector
 	if err := json.Unmarshal(data, &s); err != nil {
 		return nil, labelSelectorJSONError(err)
+	}
+	if err := checkFieldCase(data, &s, ""); err != nil {
+		return nil, err
 	}
 	if err := s.Validate(""); err != nil {
 		return nil, err

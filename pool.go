@@ -2,11 +2,14 @@ package ipam
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -55,6 +58,9 @@ func (r Range) MarshalJSON() ([]byte, error) {
 func (r *Range) UnmarshalJSON(data []byte) error {
 	var raw rawRange
 	if err := decodeJSON(data, &raw, ""); err != nil {
+		return err
+	}
+	if err := checkFieldCase(data, &raw, ""); err != nil {
 		return err
 	}
 	fe := &fieldErrors{}
@@ -335,6 +341,9 @@ func (p *Pool) UnmarshalJSON(data []byte) error {
 	if err := decodeJSON(data, &raw, ""); err != nil {
 		return err
 	}
+	if err := checkFieldCase(data, &raw, ""); err != nil {
+		return err
+	}
 	fe := &fieldErrors{}
 	if raw.Name != "" {
 		fe.object = fmt.Sprintf("pool %q", raw.Name)
@@ -530,6 +539,81 @@ func formatIPRanges(rs []netipx.IPRange) []string {
 
 // decodeJSON unmarshals data into v, turning the json package's errors into
 // FieldErrors that name the field.
+// checkFieldCase reports the object keys of data that match a field of v's
+// type only when case is ignored, such as "NodeAffinity" for "nodeAffinity".
+// encoding/json would take them; the Kubernetes API server does not (it drops
+// or, with strict validation, refuses them), so a pool spec that relies on one
+// would mean something else once stored in a cluster. Unknown keys are ignored,
+// as Kubernetes clients ignore them. data must be valid JSON.
+func checkFieldCase(data []byte, v any, object string) error {
+	var doc any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil // decodeJSON reports it
+	}
+	fe := &fieldErrors{object: object}
+	walkFieldCase(fe, doc, reflect.TypeOf(v), "")
+	return fe.err()
+}
+
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+func walkFieldCase(fe *fieldErrors, doc any, t reflect.Type, path string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		return
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		obj, ok := doc.(map[string]any)
+		if !ok {
+			return
+		}
+		fields := make(map[string]reflect.Type, t.NumField())
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if f.IsExported() && name != "" && name != "-" {
+				fields[name] = f.Type
+			}
+		}
+		for _, key := range slices.Sorted(maps.Keys(obj)) {
+			if ft, ok := fields[key]; ok {
+				walkFieldCase(fe, obj[key], ft, joinPath(path, key))
+				continue
+			}
+			for name := range fields {
+				if strings.EqualFold(name, key) {
+					fe.add(joinPath(path, key), "", fmt.Sprintf("unknown field; field names are case-sensitive: did you mean %q?", name))
+				}
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if arr, ok := doc.([]any); ok {
+			for i, x := range arr {
+				walkFieldCase(fe, x, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+			}
+		}
+	case reflect.Map:
+		if obj, ok := doc.(map[string]any); ok {
+			for _, key := range slices.Sorted(maps.Keys(obj)) {
+				walkFieldCase(fe, obj[key], t.Elem(), joinPath(path, key))
+			}
+		}
+	}
+}
+
+func joinPath(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
 func decodeJSON(data []byte, v any, object string) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(v); err != nil {
@@ -943,6 +1027,9 @@ type rawReservedIP struct {
 func (r *ReservedIP) UnmarshalJSON(data []byte) error {
 	var raw rawReservedIP
 	if err := decodeJSON(data, &raw, ""); err != nil {
+		return err
+	}
+	if err := checkFieldCase(data, &raw, ""); err != nil {
 		return err
 	}
 	fe := &fieldErrors{}
