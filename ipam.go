@@ -481,7 +481,7 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	for i := range tasks {
 		if c := tasks[i].stale; c != nil {
 			if idx := a.indexFor(c.Pool); idx != nil {
-				if _, err := a.releaseClaim(ctx, idx, c.IP, id, a.quarantineUntil(now)); err != nil {
+				if _, err := a.releaseClaim(ctx, idx, c.IP, ownerFilter{id: id}, a.quarantineUntil(now)); err != nil {
 					a.log.Warn("ipam: cannot release the address of a pool no longer chosen", "pool", c.Pool, "ip", c.IP, "err", err)
 				}
 			}
@@ -951,7 +951,7 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 		case err == nil:
 			if !a.record(idx, c, slot) {
 				// A concurrent call for the same owner won: give ours back.
-				if _, err := a.releaseClaim(ctx, idx, c.IP, identity(owner), time.Time{}); err != nil {
+				if _, err := a.releaseClaim(ctx, idx, c.IP, ownerFilter{id: identity(owner)}, time.Time{}); err != nil {
 					a.log.Warn("ipam: cannot release a duplicate claim", "pool", idx.name, "ip", c.IP, "err", err)
 				}
 				h, _ := a.held(identity(owner), iface, idx)
@@ -983,7 +983,7 @@ func (a *Allocator) rollback(ctx context.Context, tasks []task, claimed []int) {
 	ctx = context.WithoutCancel(ctx)
 	for _, i := range claimed {
 		t := &tasks[i]
-		if _, err := a.releaseClaim(ctx, t.idx, t.ip, ownerID{}, time.Time{}); err != nil {
+		if _, err := a.releaseClaim(ctx, t.idx, t.ip, ownerFilter{}, time.Time{}); err != nil {
 			a.log.Warn("ipam: rollback could not release", "pool", t.idx.name, "ip", t.ip, "err", err)
 		}
 	}
@@ -1272,6 +1272,12 @@ func (a *Allocator) Release(ctx context.Context, owner store.Owner) error {
 // that recorded no interface (host-local's fallback). Releasing what is not held
 // is not an error. A claim that someone else changed in the Store meanwhile is
 // left alone.
+//
+// A Stable owner releases only the claims that name its UID: a late release
+// from an earlier pod of the same name leaves the current pod's addresses
+// alone. An owner not marked Stable, but with a name and UID, that holds
+// nothing by UID releases the claims held by its name that name its UID, so a
+// caller that forgot the flag still frees them.
 func (a *Allocator) ReleaseAt(ctx context.Context, owner store.Owner, now time.Time) error {
 	if owner.IsZero() {
 		return &FieldError{Object: "owner", Field: "uid", Reason: "required (or containerID)"}
@@ -1281,13 +1287,34 @@ func (a *Allocator) ReleaseAt(ctx context.Context, owner store.Owner, now time.T
 	}
 	id := identity(owner)
 	var buf [4]holding
+	held := a.lookup(id, owner.Interface, buf[:0])
+	uid := ""
+	if owner.Stable {
+		// A late release from an earlier pod of that name must not free what
+		// the pod of now holds.
+		uid = owner.UID
+	} else if len(held) == 0 && owner.UID != "" && owner.Name != "" {
+		// The caller did not say the pod is stable, but its claims may be
+		// held by name: release those that name this very pod.
+		stable := owner
+		stable.Stable = true
+		id, uid = identity(stable), owner.UID
+		held = a.lookup(id, owner.Interface, buf[:0])
+	}
 	var errs []error
-	for _, h := range a.lookup(id, owner.Interface, buf[:0]) {
-		if _, err := a.releaseClaim(ctx, h.pool, h.ip, id, a.quarantineUntil(now)); err != nil {
+	for _, h := range held {
+		if _, err := a.releaseClaim(ctx, h.pool, h.ip, ownerFilter{id, uid}, a.quarantineUntil(now)); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ownerFilter limits a release to claims of one identity and, if uid is set,
+// of one pod UID.
+type ownerFilter struct {
+	id  ownerID
+	uid string
 }
 
 // lookup appends to out the holdings of id for iface ("" for all), with
@@ -1415,7 +1442,7 @@ func (a *Allocator) ReleaseIPAt(ctx context.Context, pool string, ip netip.Addr,
 	if err != nil {
 		return err
 	}
-	found, err := a.releaseClaim(ctx, idx, ip, ownerID{}, a.quarantineUntil(now))
+	found, err := a.releaseClaim(ctx, idx, ip, ownerFilter{}, a.quarantineUntil(now))
 	if err == nil && !found {
 		return fmt.Errorf("pool %q: %s: %w", pool, ip, ErrNotFound)
 	}
@@ -1423,11 +1450,13 @@ func (a *Allocator) ReleaseIPAt(ctx context.Context, pool string, ip netip.Addr,
 }
 
 // releaseClaim deletes the claim on ip, revision-checked against what the
-// Store says now. If only is set, the claim is released only while that
-// identity holds it. The index is updated to what the Store says. found
-// reports whether the Store had a claim on ip at all. A released address stays
-// out of reuse until the given time (zero: none).
-func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.Addr, only ownerID, until time.Time) (found bool, err error) {
+// Store says now. If the filter names an identity, the claim is released only
+// while that identity (and pod UID, if the filter has one) holds it. The index
+// is updated to what the Store says. found reports whether the Store had a
+// claim on ip at all. A released address stays out of reuse until the given
+// time (zero: none).
+func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.Addr, filter ownerFilter, until time.Time) (found bool, err error) {
+	only := filter.id
 	for attempt := 0; ; attempt++ {
 		c, err := a.store.Get(ctx, idx.name, ip)
 		if errors.Is(err, store.ErrNotFound) {
@@ -1439,6 +1468,10 @@ func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.A
 		}
 		if err != nil {
 			return false, fmt.Errorf("pool %q: releasing %s: %w", idx.name, ip, err)
+		}
+		if only != (ownerID{}) && filter.uid != "" && identity(c.Owner) == only && c.Owner.UID != filter.uid {
+			// The pod of that name now is another one: leave its claim.
+			return true, nil
 		}
 		if only != (ownerID{}) && identity(c.Owner) != only {
 			// Someone else holds it now: learn that, release nothing.

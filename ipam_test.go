@@ -191,6 +191,18 @@ func TestStableOwner(t *testing.T) {
 	require.Equal(t, "10.0.2.10", ip)
 	require.True(t, reused)
 
+	// A late release from an earlier pod of that name frees nothing.
+	pg0 := netip.MustParseAddr("10.0.2.10")
+	require.NoError(t, b.ReleaseAt(ctx, store.Owner{Namespace: "db", Name: "pg-0", UID: "uid-3", Stable: true}, t0))
+	c, err = st.Get(ctx, "b", pg0)
+	require.NoError(t, err, "the current pod's claim must survive a stale release")
+	require.Equal(t, "uid-4", c.Owner.UID)
+
+	// A release that forgets Stable but names the current pod frees it.
+	require.NoError(t, b.ReleaseAt(ctx, store.Owner{Namespace: "db", Name: "pg-0", UID: "uid-4"}, t0))
+	_, err = st.Get(ctx, "b", pg0)
+	require.ErrorIs(t, err, store.ErrNotFound)
+
 	_, err = a.AllocateAt(ctx, ipam.Request{UID: "u", Stable: true, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"a"}}}}, t0)
 	require.ErrorIs(t, err, ipam.ErrInvalid)
 }
