@@ -537,26 +537,20 @@ func (a *Allocator) appendSelected(tasks []task, req *Request, c *Candidates) ([
 // reuse finds what the owner already holds for t and, if the Store agrees,
 // makes it t's address.
 func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.Owner) error {
-	var h holding
-	found := false
-	if t.sel == nil {
-		h.pool = t.idx
-		h.ip, found = a.held(id, t.iface, t.idx)
-	} else {
-		var buf [4]holding
-		for _, x := range a.lookup(id, t.iface, buf[:0]) {
-			if x.pool.def.Load().layout.family() == t.family {
-				h, found = x, true
-				break
-			}
-		}
+	h, found := a.holdingFor(t, id)
+	hid := id
+	if !found && owner.Stable && owner.UID != "" {
+		// A claim of this very pod made before it was marked stable (or
+		// imported from Spiderpool, whose records know no such thing).
+		hid = ownerID{byUID, owner.UID}
+		h, found = a.holdingFor(t, hid)
 	}
 	if !found {
 		return nil
 	}
 	// The index may be stale (a release or a reload raced it, or another
 	// Allocator released the claim): trust the Store only.
-	c, held, err := a.stillHeld(ctx, h.pool, h.ip, id)
+	c, held, err := a.stillHeld(ctx, h.pool, h.ip, hid)
 	if err != nil {
 		return &AllocationError{Interface: t.iface, Pool: h.pool.name, IP: h.ip, Err: err, Reason: "store: " + err.Error()}
 	} else if !held {
@@ -568,7 +562,7 @@ func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.
 		t.stale = &c
 		return nil
 	}
-	if (owner.Stable && c.Owner.UID != owner.UID) || (c.Owner.Interface == "" && id.kind != byContainer) {
+	if (owner.Stable && (c.Owner.UID != owner.UID || !c.Owner.Stable)) || (c.Owner.Interface == "" && id.kind != byContainer) {
 		// A new pod of the same name: the claim follows it. A pod claim that
 		// names no interface (imported from Spiderpool, whose records have
 		// none) is adopted by the first interface that finds it, so that a
@@ -580,7 +574,7 @@ func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.
 			return &AllocationError{Interface: t.iface, Pool: h.pool.name, IP: h.ip, Err: err,
 				Reason: fmt.Sprintf("re-pointing the claim of %s (uid %s) on %s: %v", owner, c.Owner.UID, h.ip, err)}
 		}
-		a.dropHolding(id, h.pool, h.ip)
+		a.dropHolding(hid, h.pool, h.ip)
 		a.addHolding(h.pool, moved)
 	}
 	if t.want.IsValid() && t.want != h.ip {
@@ -594,6 +588,28 @@ func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.
 	}
 	t.ip, t.reused = h.ip, true
 	return nil
+}
+
+// holdingFor returns an address id holds for t: in t's pool for a task that
+// names its pool, else in a pool of t's family. A holding of t's interface is
+// preferred to one that records no interface (a legacy or imported claim).
+func (a *Allocator) holdingFor(t *task, id ownerID) (holding, bool) {
+	if t.sel == nil {
+		ip, ok := a.held(id, t.iface, t.idx)
+		return holding{pool: t.idx, ip: ip, iface: t.iface}, ok
+	}
+	var buf [4]holding
+	var best holding
+	found := false
+	for _, x := range a.lookup(id, "", buf[:0]) {
+		if (x.iface != t.iface && x.iface != "") || x.pool.def.Load().layout.family() != t.family {
+			continue
+		}
+		if !found || (x.iface == t.iface && best.iface == "") {
+			best, found = x, true
+		}
+	}
+	return best, found
 }
 
 // claimSelected tries t's pools in order until one gives an address.
@@ -686,14 +702,24 @@ func (t *task) appendTrace(out []TraceEntry) []TraceEntry {
 	start := len(out)
 	out = append(out, t.trace...)
 	next := t.tried
+	held := ""
 	if t.served > 0 {
 		out = append(out, TraceEntry{Pool: t.order[t.served-1].Name, Status: StatusServed, Rank: t.served})
 		next = t.served
 	} else if t.reused && t.idx != nil {
-		out = append(out, TraceEntry{Pool: t.idx.name, Status: StatusServed, Message: "already held"})
+		held = t.idx.name
+		rank := 0
+		for k, p := range t.order {
+			if p.Name == held {
+				rank = k + 1
+			}
+		}
+		out = append(out, TraceEntry{Pool: held, Status: StatusServed, Message: "already held", Rank: rank})
 	}
 	for k := next; k < len(t.order); k++ {
-		out = append(out, TraceEntry{Pool: t.order[k].Name, Status: StatusCandidate, Rank: k + 1})
+		if t.order[k].Name != held {
+			out = append(out, TraceEntry{Pool: t.order[k].Name, Status: StatusCandidate, Rank: k + 1})
+		}
 	}
 	if t.stale != nil {
 		out = append(out, TraceEntry{Pool: t.stale.Pool, Status: StatusReleased,

@@ -271,3 +271,54 @@ func TestSelectionAllOrNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, held, 1, "pod b's IPv4 address must have been given back")
 }
+
+// TestImportedClaims checks claims made outside the Allocator, as Spiderpool
+// records them: no interface, no stable flag. A dual-stack pod gets both of
+// its addresses back; a StatefulSet pod asking as Stable adopts its own
+// claims; the trace names the held pool once.
+func TestImportedClaims(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	cat, err := ipam.NewCatalog(
+		ipam.MustParsePool(`{"name":"v4","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.20"],"default":true}`),
+		ipam.MustParsePool(`{"name":"v6","subnet":"fd00::/120","ips":["fd00::10-fd00::20"],"default":true}`),
+	)
+	require.NoError(t, err)
+	for _, stable := range []bool{false, true} {
+		st := memstore.New()
+		owner := store.Owner{Namespace: "default", Name: "db-0", UID: "u1"}
+		for _, c := range []store.Claim{
+			{Pool: "v4", IP: netip.MustParseAddr("10.0.0.15"), Owner: owner, Time: t0},
+			{Pool: "v6", IP: netip.MustParseAddr("fd00::15"), Owner: owner, Time: t0},
+		} {
+			_, err := st.Create(ctx, c)
+			require.NoError(t, err)
+		}
+		a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
+		require.NoError(t, err)
+		res, err := a.AllocateAt(ctx, ipam.Request{Namespace: "default", Name: "db-0", UID: "u1", Stable: stable,
+			Interfaces: []ipam.Interface{{Name: "eth0"}}}, t0)
+		require.NoError(t, err)
+		require.Len(t, res.IPs, 2)
+		require.Equal(t, "10.0.0.15", res.IPs[0].Address.Addr().String())
+		require.Equal(t, "fd00::15", res.IPs[1].Address.Addr().String())
+		for _, ip := range res.IPs {
+			require.True(t, ip.Reused)
+			c, err := st.Get(ctx, ip.Pool, ip.Address.Addr())
+			require.NoError(t, err)
+			require.Equal(t, "eth0", c.Owner.Interface, "the claim is adopted by the interface")
+			require.Equal(t, stable, c.Owner.Stable)
+		}
+		pools := map[string]int{}
+		for _, e := range res.Trace {
+			pools[e.Pool]++
+			if e.Status == ipam.StatusServed {
+				require.Equal(t, 1, e.Rank, "%v", e)
+			}
+		}
+		require.Equal(t, map[string]int{"v4": 1, "v6": 1}, pools, "trace: %v", res.Trace)
+		all, err := a.Claims(ctx)
+		require.NoError(t, err)
+		require.Len(t, all, 2, "no new address next to the held ones")
+	}
+}
