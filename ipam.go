@@ -469,6 +469,12 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 				t.ip, t.reused, err = a.claim(ctx, t.idx, t.iface, t.want, owner, now)
 			}
 			if err != nil {
+				if t.sel == nil {
+					t.outcome, t.note = StatusFailed, err.Error()
+					if errors.Is(err, ErrExhausted) {
+						t.outcome, t.reason = StatusExhausted, ReasonExhausted
+					}
+				}
 				a.rollback(ctx, tasks, claimed)
 				return Result{}, t.fail(tasks, err)
 			}
@@ -679,6 +685,12 @@ type task struct {
 	sel    *Candidates
 	family int
 	stale  *store.Claim // a stable owner's claim in a pool no longer chosen
+
+	// What happened to a task that names its pool, when it did not serve.
+	outcome Status
+	reason  Reason
+	note    string
+
 	order  []*Pool      // the candidates that passed the filters, sorted
 	tried  int          // how many of order were tried and did not serve
 	served int          // rank of the pool of order that served; 0 if none
@@ -695,7 +707,14 @@ func (t *task) appendTrace(out []TraceEntry) []TraceEntry {
 		if t.idx == nil {
 			return out
 		}
-		return append(out, TraceEntry{Interface: t.iface, Family: fam, Pool: t.idx.name, Source: t.source, Status: StatusServed, Rank: 1})
+		e := TraceEntry{Interface: t.iface, Family: fam, Pool: t.idx.name, Source: t.source, Status: StatusServed, Rank: 1}
+		switch {
+		case t.outcome != "":
+			e.Status, e.Reason, e.Message = t.outcome, t.reason, t.note
+		case !t.ip.IsValid():
+			e.Status, e.Message = StatusCandidate, "not tried: the request failed first"
+		}
+		return append(out, e)
 	}
 	// Filtered and tried pools in the order they were found, then the pool
 	// that served (if it was not already held), then the pools never tried.
@@ -704,7 +723,11 @@ func (t *task) appendTrace(out []TraceEntry) []TraceEntry {
 	next := t.tried
 	held := ""
 	if t.served > 0 {
-		out = append(out, TraceEntry{Pool: t.order[t.served-1].Name, Status: StatusServed, Rank: t.served})
+		e := TraceEntry{Pool: t.order[t.served-1].Name, Status: StatusServed, Rank: t.served}
+		if t.outcome == StatusReleased {
+			e.Status, e.Message = t.outcome, t.note
+		}
+		out = append(out, e)
 		next = t.served
 	} else if t.reused && t.idx != nil {
 		held = t.idx.name
@@ -1012,6 +1035,7 @@ func (a *Allocator) rollback(ctx context.Context, tasks []task, claimed []int) {
 		if _, err := a.releaseClaim(ctx, t.idx, t.ip, ownerFilter{}, time.Time{}); err != nil {
 			a.log.Warn("ipam: rollback could not release", "pool", t.idx.name, "ip", t.ip, "err", err)
 		}
+		t.outcome, t.note = StatusReleased, "released "+t.ip.String()+": the request failed"
 	}
 }
 
@@ -1193,7 +1217,7 @@ func (a *Allocator) load(ctx context.Context, idx *poolIndex, p *Pool, reserved 
 	}
 	// A new pool, or a new definition of one: the index holds no claims of its
 	// own, so the used addresses come from the Store.
-	claims, err := a.store.List(ctx, idx.name)
+	claims, err := a.list(ctx, idx.name)
 	if err != nil {
 		return fmt.Errorf("listing claims of pool %q: %w", idx.name, err)
 	}
@@ -1211,13 +1235,25 @@ func (a *Allocator) load(ctx context.Context, idx *poolIndex, p *Pool, reserved 
 	return nil
 }
 
+// list is the Store's List, except that unreadable records (ErrCorrupt) are
+// logged and skipped: their addresses look free to the index, and the Store
+// refuses to create a claim over them, so they stay taken.
+func (a *Allocator) list(ctx context.Context, pool string) ([]store.Claim, error) {
+	claims, err := a.store.List(ctx, pool)
+	if err != nil && errors.Is(err, store.ErrCorrupt) {
+		a.log.Warn("ipam: unreadable claims left taken", "pool", pool, "err", err)
+		return claims, nil
+	}
+	return claims, err
+}
+
 // reload replaces idx's claims with the Store's.
 func (a *Allocator) reload(ctx context.Context, idx *poolIndex, now time.Time) error {
 	// As in load, the List happens under the pool's lock: a release that
 	// lands between the List and the rebuild must not be undone by it.
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
-	claims, err := a.store.List(ctx, idx.name)
+	claims, err := a.list(ctx, idx.name)
 	if err != nil {
 		return err
 	}
@@ -1401,7 +1437,7 @@ func (a *Allocator) Lookup(ctx context.Context, owner store.Owner) ([]store.Clai
 func (a *Allocator) Claims(ctx context.Context) ([]store.Claim, error) {
 	var out []store.Claim
 	for p := range a.source.Pools() {
-		cs, err := a.store.List(ctx, p.Name)
+		cs, err := a.list(ctx, p.Name)
 		if err != nil {
 			return nil, fmt.Errorf("listing claims of pool %q: %w", p.Name, err)
 		}

@@ -322,3 +322,28 @@ func TestImportedClaims(t *testing.T) {
 		require.Len(t, all, 2, "no new address next to the held ones")
 	}
 }
+
+// TestFailedRequestTrace checks the trace inside the error of a request that
+// names its pools: the pool that could not serve says why, and the address
+// claimed in the other pool says it was given back.
+func TestFailedRequestTrace(t *testing.T) {
+	ctx := context.Background()
+	cat, err := ipam.NewCatalog(
+		ipam.MustParsePool(`{"name":"a","ranges":[{"subnet":"10.0.0.0/29"}]}`),
+		ipam.MustParsePool(`{"name":"b","ranges":[{"subnet":"10.0.1.0/30"}]}`),
+	)
+	require.NoError(t, err)
+	a, err := ipam.NewAllocator(ipam.Options{Pools: cat})
+	require.NoError(t, err)
+	// b has one usable address (10.0.1.2): take it.
+	_, err = a.Allocate(ctx, ipam.Request{ContainerID: "x", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"b"}}}})
+	require.NoError(t, err)
+	_, err = a.Allocate(ctx, ipam.Request{ContainerID: "y", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"a", "b"}}}})
+	require.ErrorIs(t, err, ipam.ErrExhausted)
+	var ae *ipam.AllocationError
+	require.ErrorAs(t, err, &ae)
+	require.Len(t, ae.Trace, 2)
+	require.Equal(t, ipam.StatusReleased, ae.Trace[0].Status, "%v", ae.Trace[0])
+	require.Equal(t, ipam.StatusExhausted, ae.Trace[1].Status, "%v", ae.Trace[1])
+	require.Equal(t, ipam.ReasonExhausted, ae.Trace[1].Reason)
+}

@@ -35,6 +35,11 @@ var (
 	// ErrNotFound is returned by Get, Update and Delete when no claim exists for
 	// the address.
 	ErrNotFound = errors.New("claim not found")
+	// ErrCorrupt is returned (wrapped) by List when some records of the pool
+	// cannot be read, together with the claims that could: the caller keeps
+	// those and must treat the unreadable addresses as taken (a Create of one
+	// fails with ErrExists). The error names the records.
+	ErrCorrupt = errors.New("unreadable claim record")
 )
 
 // Owner says who holds a claim. An owner is identified by its pod UID when set,
@@ -101,7 +106,9 @@ type Store interface {
 	// Get returns the claim for ip in pool, or ErrNotFound.
 	Get(ctx context.Context, pool string, ip netip.Addr) (Claim, error)
 	// List returns every claim of pool, in no particular order. The slice is the
-	// caller's to keep and modify. An unknown pool has no claims.
+	// caller's to keep and modify. An unknown pool has no claims. If some
+	// records cannot be read, List returns the others with an error wrapping
+	// ErrCorrupt.
 	List(ctx context.Context, pool string) ([]Claim, error)
 	// Create stores c if no claim exists for (c.Pool, c.IP), atomically, and
 	// returns it with its new Revision. It returns ErrExists if the address is
