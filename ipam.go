@@ -449,7 +449,7 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	}
 	for i := range tasks {
 		t := &tasks[i]
-		if err := a.reuse(ctx, t, id, owner); err != nil {
+		if err := a.reuse(ctx, t, id, owner, now); err != nil {
 			return Result{}, t.fail(tasks, err)
 		}
 	}
@@ -542,24 +542,37 @@ func (a *Allocator) appendSelected(tasks []task, req *Request, c *Candidates) ([
 
 // reuse finds what the owner already holds for t and, if the Store agrees,
 // makes it t's address.
-func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.Owner) error {
-	h, found := a.holdingFor(t, id)
-	hid := id
-	if !found && owner.Stable && owner.UID != "" {
-		// A claim of this very pod made before it was marked stable (or
-		// imported from Spiderpool, whose records know no such thing).
-		hid = ownerID{byUID, owner.UID}
-		h, found = a.holdingFor(t, hid)
+func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.Owner, now time.Time) error {
+	var (
+		h     holding
+		hid   ownerID
+		c     store.Claim
+		held  bool
+		found bool
+	)
+	for attempt := 0; attempt < 2 && !held; attempt++ {
+		if attempt > 0 {
+			// Another Allocator on the Store may have claimed for this pod
+			// since this one loaded the pools: read them again before taking
+			// a new address. Stable pods are few and restart rarely.
+			if !owner.Stable {
+				break
+			}
+			if err := a.refresh(ctx, t, now); err != nil {
+				return &AllocationError{Interface: t.iface, Err: err, Reason: "reloading claims: " + err.Error()}
+			}
+		}
+		if h, hid, found = a.findHeld(t, id, owner); !found {
+			continue
+		}
+		// The index may be stale (a release or a reload raced it, or another
+		// Allocator released the claim): trust the Store only.
+		var err error
+		if c, held, err = a.stillHeld(ctx, h.pool, h.ip, hid); err != nil {
+			return &AllocationError{Interface: t.iface, Pool: h.pool.name, IP: h.ip, Err: err, Reason: "store: " + err.Error()}
+		}
 	}
-	if !found {
-		return nil
-	}
-	// The index may be stale (a release or a reload raced it, or another
-	// Allocator released the claim): trust the Store only.
-	c, held, err := a.stillHeld(ctx, h.pool, h.ip, hid)
-	if err != nil {
-		return &AllocationError{Interface: t.iface, Pool: h.pool.name, IP: h.ip, Err: err, Reason: "store: " + err.Error()}
-	} else if !held {
+	if !held {
 		return nil
 	}
 	if owner.Stable && t.sel != nil && !slices.Contains(t.sel.Pools, h.pool.name) {
@@ -568,20 +581,8 @@ func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.
 		t.stale = &c
 		return nil
 	}
-	if (owner.Stable && (c.Owner.UID != owner.UID || !c.Owner.Stable)) || (c.Owner.Interface == "" && id.kind != byContainer) {
-		// A new pod of the same name: the claim follows it. A pod claim that
-		// names no interface (imported from Spiderpool, whose records have
-		// none) is adopted by the first interface that finds it, so that a
-		// second interface on the same pool gets an address of its own.
-		moved := c
-		moved.Owner = owner
-		moved.Owner.Interface = cmp.Or(c.Owner.Interface, t.iface)
-		if _, err := a.store.Update(ctx, moved, c.Revision); err != nil {
-			return &AllocationError{Interface: t.iface, Pool: h.pool.name, IP: h.ip, Err: err,
-				Reason: fmt.Sprintf("re-pointing the claim of %s (uid %s) on %s: %v", owner, c.Owner.UID, h.ip, err)}
-		}
-		a.dropHolding(hid, h.pool, h.ip)
-		a.addHolding(h.pool, moved)
+	if err := a.adopt(ctx, t.iface, h.pool, c, hid, owner); err != nil {
+		return err
 	}
 	if t.want.IsValid() && t.want != h.ip {
 		owner.Interface = t.iface
@@ -593,6 +594,60 @@ func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.
 		t.idx, t.pool, t.lay = h.pool, def.pool, def.layout
 	}
 	t.ip, t.reused = h.ip, true
+	return nil
+}
+
+// findHeld returns what the owner holds for t, and under which identity: its
+// own, or, for a stable owner, its pod UID's (a claim of this very pod made
+// before it was marked stable, or imported from Spiderpool, whose records
+// know no such thing).
+func (a *Allocator) findHeld(t *task, id ownerID, owner store.Owner) (holding, ownerID, bool) {
+	if h, ok := a.holdingFor(t, id); ok {
+		return h, id, true
+	}
+	if owner.Stable && owner.UID != "" {
+		uid := ownerID{byUID, owner.UID}
+		if h, ok := a.holdingFor(t, uid); ok {
+			return h, uid, true
+		}
+	}
+	return holding{}, id, false
+}
+
+// refresh reloads the claims of t's pools that are loaded.
+func (a *Allocator) refresh(ctx context.Context, t *task, now time.Time) error {
+	if t.sel == nil {
+		return a.reload(ctx, t.idx, now)
+	}
+	for _, name := range t.sel.Pools {
+		if idx := a.indexFor(name); idx != nil && idx.def.Load() != nil {
+			if err := a.reload(ctx, idx, now); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// adopt makes claim c, which hid holds in idx, the owner's as this request
+// describes it: a stable owner's claim follows the pod of the same name to its
+// new UID, and a pod claim that names no interface (imported from Spiderpool,
+// whose records have none) is adopted by the first interface that finds it,
+// so that a second interface on the same pool gets an address of its own. The
+// update is revision-checked.
+func (a *Allocator) adopt(ctx context.Context, iface string, idx *poolIndex, c store.Claim, hid ownerID, owner store.Owner) error {
+	if !(owner.Stable && (c.Owner.UID != owner.UID || !c.Owner.Stable)) && !(c.Owner.Interface == "" && identity(owner).kind != byContainer) {
+		return nil
+	}
+	moved := c
+	moved.Owner = owner
+	moved.Owner.Interface = cmp.Or(c.Owner.Interface, iface)
+	if _, err := a.store.Update(ctx, moved, c.Revision); err != nil {
+		return &AllocationError{Interface: iface, Pool: idx.name, IP: c.IP, Err: err,
+			Reason: fmt.Sprintf("re-pointing the claim of %s (uid %s) on %s: %v", owner, c.Owner.UID, c.IP, err)}
+	}
+	a.dropHolding(hid, idx, c.IP)
+	a.addHolding(idx, moved)
 	return nil
 }
 
@@ -1004,6 +1059,11 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 					a.log.Warn("ipam: cannot release a duplicate claim", "pool", idx.name, "ip", c.IP, "err", err)
 				}
 				h, _ := a.held(identity(owner), iface, idx)
+				if c, err := a.store.Get(ctx, idx.name, h); err == nil && identity(c.Owner) == identity(owner) {
+					if err := a.adopt(ctx, iface, idx, c, identity(owner), owner); err != nil {
+						return netip.Addr{}, false, err
+					}
+				}
 				return h, true, nil
 			}
 			if a.cursors != nil {
@@ -1568,7 +1628,8 @@ type poolIndex struct {
 
 	mu         sync.Mutex
 	tree       *usedTree
-	quarantine []quarantined // released addresses still kept, oldest first
+	quarantine []quarantined          // releases still kept, in the order they came
+	quarUntil  map[netip.Addr]time.Time // each quarantined address and its latest end
 	cursor     netip.Addr
 	next       u128    // where round-robin resumes: the ordinal after cursor
 	nextLay    *layout // the layout next is an ordinal of; nil: work it out
@@ -1589,8 +1650,8 @@ type poolDef struct {
 func (idx *poolIndex) usage() string {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
-	if len(idx.quarantine) > 0 {
-		return fmt.Sprintf("%s/%s used, %d of them in quarantine", idx.tree.used, idx.def.Load().layout.total, len(idx.quarantine))
+	if len(idx.quarUntil) > 0 {
+		return fmt.Sprintf("%s/%s used, %d of them in quarantine", idx.tree.used, idx.def.Load().layout.total, len(idx.quarUntil))
 	}
 	return fmt.Sprintf("%s/%s used", idx.tree.used, idx.def.Load().layout.total)
 }
@@ -1599,8 +1660,8 @@ func (idx *poolIndex) describe() string {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
 	d := idx.def.Load().layout.describe(idx.tree)
-	if len(idx.quarantine) > 0 {
-		d += fmt.Sprintf(", %d of them in quarantine", len(idx.quarantine))
+	if len(idx.quarUntil) > 0 {
+		d += fmt.Sprintf(", %d of them in quarantine", len(idx.quarUntil))
 	}
 	return d
 }
@@ -1616,8 +1677,8 @@ func (idx *poolIndex) rebuild(d *poolDef, claims []store.Claim, now time.Time) {
 			idx.tree.set(o)
 		}
 	}
-	for _, q := range idx.quarantine {
-		if o, ok := lay.ordinal(q.ip); ok {
+	for ip := range idx.quarUntil {
+		if o, ok := lay.ordinal(ip); ok {
 			idx.tree.set(o)
 		}
 	}
@@ -1696,9 +1757,10 @@ type quarantined struct {
 }
 
 // retire records that ip is no longer claimed: at once if until is zero,
-// else it stays marked used until then. Releases usually arrive in order of
-// their end times; one that does not waits for those queued before it, which
-// only ever lengthens a quarantine.
+// else it stays marked used until then. An address released again while in
+// quarantine (another Allocator handed it out meanwhile) stays until the later
+// end. Releases usually arrive in order of their end times; one that does not
+// waits for those queued before it, which only ever lengthens a quarantine.
 func (idx *poolIndex) retire(ip netip.Addr, until time.Time) {
 	if until.IsZero() {
 		idx.forget(ip)
@@ -1709,15 +1771,27 @@ func (idx *poolIndex) retire(ip netip.Addr, until time.Time) {
 	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
 		idx.tree.set(o)
 		idx.quarantine = append(idx.quarantine, quarantined{ip, until})
+		if idx.quarUntil == nil {
+			idx.quarUntil = make(map[netip.Addr]time.Time)
+		}
+		if cur, ok := idx.quarUntil[ip]; !ok || until.After(cur) {
+			idx.quarUntil[ip] = until
+		}
 	}
 }
 
-// drain frees the quarantined addresses whose time is up. Called with mu held.
+// drain frees the quarantined addresses whose time is up. A queue entry whose
+// address was released again later, or taken out of quarantine by a request,
+// frees nothing. Called with mu held.
 func (idx *poolIndex) drain(now time.Time) {
 	n := 0
 	for n < len(idx.quarantine) && !idx.quarantine[n].until.After(now) {
-		if o, ok := idx.def.Load().layout.ordinal(idx.quarantine[n].ip); ok {
-			idx.tree.clear(o)
+		ip := idx.quarantine[n].ip
+		if end, ok := idx.quarUntil[ip]; ok && !end.After(now) {
+			delete(idx.quarUntil, ip)
+			if o, ok := idx.def.Load().layout.ordinal(ip); ok {
+				idx.tree.clear(o)
+			}
 		}
 		n++
 	}
@@ -1729,18 +1803,21 @@ func (idx *poolIndex) drain(now time.Time) {
 // unquarantine takes ip out of quarantine, reporting whether it was there; its
 // mark stays, for the caller now holds it. Called with mu held.
 func (idx *poolIndex) unquarantine(ip netip.Addr) bool {
-	i := slices.IndexFunc(idx.quarantine, func(q quarantined) bool { return q.ip == ip })
-	if i < 0 {
+	if _, ok := idx.quarUntil[ip]; !ok {
 		return false
 	}
-	idx.quarantine = slices.Delete(idx.quarantine, i, i+1)
+	delete(idx.quarUntil, ip)
 	return true
 }
 
-// forget records that ip is no longer claimed.
+// forget records that ip is no longer claimed. An address in quarantine
+// stays marked until its quarantine ends.
 func (idx *poolIndex) forget(ip netip.Addr) {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
+	if _, ok := idx.quarUntil[ip]; ok {
+		return
+	}
 	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
 		idx.tree.clear(o)
 	}

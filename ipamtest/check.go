@@ -1,0 +1,371 @@
+package ipamtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/store"
+)
+
+// Invariant names a property a Sim checks.
+//
+// The zero Invariant names none. An Invariant is a plain value.
+type Invariant string
+
+// The invariants. A Sim checks the first five after every step, on the
+// claims the step touched, and on the whole Store every
+// SimOptions.CheckEvery steps; InvariantNoLeak after Settle.
+const (
+	// InvariantUnique: no address is handed to a pod while another live
+	// pod holds it, in the same pool. (The Store holds one claim per
+	// address by construction; this checks what the Allocator returns.)
+	InvariantUnique Invariant = "unique"
+	// InvariantKept: every live pod's addresses are claimed by it in the
+	// Store; garbage collection never releases the address of a pod that
+	// is live, Pending, within its grace period, or a valid StatefulSet
+	// member.
+	InvariantKept Invariant = "kept"
+	// InvariantIdempotent: a repeated CNI ADD of a running pod returns the
+	// addresses it holds, marked reused.
+	InvariantIdempotent Invariant = "idempotent"
+	// InvariantSticky: a StatefulSet pod re-created with a new UID gets
+	// back the addresses its member holds.
+	InvariantSticky Invariant = "sticky"
+	// InvariantStore: the Store holds exactly the claims the model says,
+	// each with the right owner: nothing released behind the model's back,
+	// nothing claimed that no pod got.
+	InvariantStore Invariant = "store-model"
+	// InvariantQuarantine: an address released by DEL or garbage collection
+	// is not handed out again within the quarantine.
+	InvariantQuarantine Invariant = "quarantine"
+	// InvariantSelection: a pod gets one address per pool it names or per
+	// family selected, from a pool among its candidates that admits it.
+	InvariantSelection Invariant = "selection"
+	// InvariantNoLeak: after Settle, every claim is held by a pod that
+	// exists and that garbage collection must keep, or by a valid member of
+	// a StatefulSet.
+	InvariantNoLeak Invariant = "no-leak"
+	// InvariantError: the library returned an error that the simulation
+	// does not allow (anything but exhaustion from an ADD).
+	InvariantError Invariant = "error"
+)
+
+// ErrViolation is what every *Violation unwraps to.
+var ErrViolation = errors.New("ipamtest: invariant violated")
+
+// Violation is an invariant that broke at one step of a Sim, with the events
+// that led there. It unwraps to ErrViolation.
+//
+// The zero Violation names nothing. A Violation is a plain value, not
+// modified once returned.
+type Violation struct {
+	Seed      uint64
+	Step      int
+	Invariant Invariant
+	// Detail says what broke, naming the pods, pools and addresses.
+	Detail string
+	// History is the last events up to and including the failing one (see
+	// SimOptions.HistoryLen), oldest first.
+	History []string
+	// AtSettle reports that the violation was found by Settle, after Step
+	// was called Step-1 times.
+	AtSettle bool
+}
+
+// Error returns the seed, the step, the invariant, the detail and the
+// history, one event a line.
+func (v *Violation) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "ipamtest: seed %d, step %d: invariant %q violated: %s", v.Seed, v.Step, v.Invariant, v.Detail)
+	fmt.Fprintf(&b, "\nlast %d events:", len(v.History))
+	for _, h := range v.History {
+		b.WriteString("\n\t")
+		b.WriteString(h)
+	}
+	steps := v.Step
+	if v.AtSettle {
+		steps--
+	}
+	fmt.Fprintf(&b, "\nreplay: ipamtest.Replay(%d, opts, %d), or go test -run TestSim -sim.seed=%d -sim.steps=%d", v.Seed, steps, v.Seed, steps)
+	return b.String()
+}
+
+// Unwrap returns ErrViolation.
+func (v *Violation) Unwrap() error { return ErrViolation }
+
+// fail stops the Sim with a violation; the first one wins.
+func (s *Sim) fail(inv Invariant, format string, args ...any) {
+	if s.err != nil {
+		return
+	}
+	s.err = &Violation{Seed: s.seed, Step: s.step, Invariant: inv, Detail: fmt.Sprintf(format, args...), History: s.History(), AtSettle: s.settling}
+}
+
+// eventSettle marks the history entry of Settle.
+const eventSettle = numEvents
+
+// entry is one line of history, formatted only when asked for. The pod's
+// identity (namespace, name, UID, node) never changes, so it can be
+// formatted late.
+type entry struct {
+	step int
+	at   time.Duration // since the start
+	ev   Event
+	pod  *simPod
+	keys []claimKey
+	note string
+}
+
+func (s *Sim) record(e entry) {
+	e.step, e.at = s.step, s.now.Sub(s.start)
+	switch {
+	case s.opts.HistoryLen < 0 || len(s.hist) < s.opts.HistoryLen:
+		s.hist = append(s.hist, e)
+	default:
+		s.hist[s.hnext] = e
+		s.hnext = (s.hnext + 1) % len(s.hist)
+	}
+}
+
+// History returns the events kept (see SimOptions.HistoryLen), oldest
+// first, one line each, such as
+//
+//	step 12 +4m1.5s create team/db0-1 (uid u000007) on n2: v4-0 10.0.0.11, v6-0 fd00::10
+func (s *Sim) History() []string {
+	out := make([]string, 0, len(s.hist))
+	for i := range s.hist {
+		out = append(out, s.hist[(s.hnext+i)%len(s.hist)].String())
+	}
+	return out
+}
+
+func (e entry) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "step %d +%v ", e.step, e.at)
+	if e.ev == eventSettle {
+		b.WriteString("settle")
+	} else {
+		b.WriteString(e.ev.String())
+	}
+	if p := e.pod; p != nil {
+		fmt.Fprintf(&b, " %s/%s (uid %s) on %s", p.w.ns.Name, p.name, p.uid, p.node.Name)
+	}
+	if len(e.keys) > 0 {
+		b.WriteString(": ")
+		for i, k := range e.keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(k.String())
+		}
+	}
+	if e.note != "" {
+		if len(e.keys) == 0 {
+			b.WriteString(":")
+		}
+		b.WriteString(" ")
+		b.WriteString(strings.TrimSpace(e.note))
+	}
+	return b.String()
+}
+
+// checkTouched compares the Store with the model on every key the step
+// wrote or the model changed.
+func (s *Sim) checkTouched() {
+	keys := append(s.marked, s.st.touched...)
+	slices.SortFunc(keys, compareKeys)
+	s.marked = slices.Compact(keys)
+	for _, k := range s.marked {
+		c, err := s.st.inner.Get(s.ctx, k.pool, k.ip)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			s.checkClaim(k, nil)
+		case err != nil:
+			s.fail(InvariantError, "store: get %s: %v", k, err)
+		default:
+			s.checkClaim(k, &c)
+		}
+		if s.err != nil {
+			return
+		}
+	}
+}
+
+// checkClaim compares what the Store has for k (nil: no claim) with the
+// model.
+func (s *Sim) checkClaim(k claimKey, c *store.Claim) {
+	h := s.index[k]
+	switch {
+	case c == nil && h == nil:
+	case c == nil && h.live():
+		s.fail(InvariantKept, "%s lost %s: the store has no claim on it", h, k)
+	case c == nil:
+		s.fail(InvariantStore, "the store has no claim on %s, which %s holds", k, h)
+	case h == nil:
+		s.fail(InvariantStore, "the store has a claim on %s by %s, which no pod or StatefulSet member holds", k, c.Owner)
+	default:
+		if why := h.ownerMismatch(c.Owner); why != "" {
+			inv := InvariantStore
+			if h.live() {
+				inv = InvariantUnique
+			}
+			s.fail(inv, "the store's claim on %s is owned by %s, but %s holds it: %s", k, c.Owner, h, why)
+		}
+	}
+}
+
+// ownerMismatch says why o cannot be the owner of h's claims, or "".
+func (h *holder) ownerMismatch(o store.Owner) string {
+	switch {
+	case o.Namespace != h.w.ns.Name || o.Name != h.name:
+		return "another pod name"
+	case o.Interface != "eth0":
+		return fmt.Sprintf("interface %q, not eth0", o.Interface)
+	case o.Stable != h.w.stable:
+		return fmt.Sprintf("stable %t, want %t", o.Stable, h.w.stable)
+	case !h.w.stable && o.UID != h.uid:
+		return "another UID"
+	case h.w.stable && h.pod != nil && h.pod.phase == ipam.PodRunning && o.UID != h.pod.uid:
+		return "not re-pointed to the running pod's UID"
+	}
+	return ""
+}
+
+// fullCheck compares every claim of every pool with the model.
+func (s *Sim) fullCheck() {
+	s.stats.FullChecks++
+	seen := make(map[claimKey]bool, len(s.index))
+	for _, p := range s.opts.Pools {
+		cs, err := s.st.inner.List(s.ctx, p.Name)
+		if err != nil {
+			s.fail(InvariantError, "store: list %s: %v", p.Name, err)
+			return
+		}
+		slices.SortFunc(cs, func(a, b store.Claim) int { return a.IP.Compare(b.IP) })
+		for i := range cs {
+			k := claimKey{p.Name, cs[i].IP}
+			if seen[k] {
+				s.fail(InvariantUnique, "the store lists two claims on %s", k)
+				return
+			}
+			seen[k] = true
+			s.checkClaim(k, &cs[i])
+			if s.err != nil {
+				return
+			}
+		}
+	}
+	if len(seen) == len(s.index) {
+		return
+	}
+	for _, k := range s.sortedKeys() {
+		if !seen[k] {
+			s.checkClaim(k, nil)
+			return
+		}
+	}
+}
+
+func (s *Sim) sortedKeys() []claimKey {
+	keys := make([]claimKey, 0, len(s.index))
+	for k := range s.index {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareKeys)
+	return keys
+}
+
+// leakCheck checks, after Settle, that every claim is held by a pod garbage
+// collection must keep, or by a valid StatefulSet member. The claims it
+// suspects are read back from the Store, so that a leak is reported only for
+// a claim that is really there.
+func (s *Sim) leakCheck() {
+	gc := s.opts.GC
+	for _, k := range s.sortedKeys() {
+		h := s.index[k]
+		valid := h.w.stable && h.w.validMember(h.ord)
+		p := h.pod
+		var why string
+		switch {
+		case valid:
+		case p == nil:
+			why = "which no pod or valid StatefulSet member holds"
+		case p.deletion.IsZero(), p.phase == ipam.PodPending:
+		case !p.node.ready && gc.DisableTerminatingOnNotReadyNode, p.node.ready && gc.DisableTerminatingOnReadyNode:
+		default:
+			why = "terminating since " + s.offset(p.deletion) + ", past its deadline"
+		}
+		if why == "" {
+			continue
+		}
+		c, err := s.st.inner.Get(s.ctx, k.pool, k.ip)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			s.checkClaim(k, nil)
+		case err != nil:
+			s.fail(InvariantError, "store: get %s: %v", k, err)
+		default:
+			s.fail(InvariantNoLeak, "after settling, %s is still claimed (by %s) for %s, %s", k, c.Owner, h, why)
+		}
+		return
+	}
+}
+
+// trackStore passes every call to a Store and records the keys written, so
+// that a step's writes can be checked against the model.
+type trackStore struct {
+	inner   store.Store
+	cursors store.Cursors // nil if inner has none
+	touched []claimKey
+}
+
+func newTrackStore(inner store.Store) *trackStore {
+	t := &trackStore{inner: inner}
+	t.cursors, _ = inner.(store.Cursors)
+	return t
+}
+
+func (t *trackStore) Get(ctx context.Context, pool string, ip netip.Addr) (store.Claim, error) {
+	return t.inner.Get(ctx, pool, ip)
+}
+
+func (t *trackStore) List(ctx context.Context, pool string) ([]store.Claim, error) {
+	return t.inner.List(ctx, pool)
+}
+
+func (t *trackStore) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
+	t.touched = append(t.touched, claimKey{c.Pool, c.IP})
+	return t.inner.Create(ctx, c)
+}
+
+func (t *trackStore) Update(ctx context.Context, c store.Claim, rev int64) (store.Claim, error) {
+	t.touched = append(t.touched, claimKey{c.Pool, c.IP})
+	return t.inner.Update(ctx, c, rev)
+}
+
+func (t *trackStore) Delete(ctx context.Context, pool string, ip netip.Addr, rev int64) error {
+	t.touched = append(t.touched, claimKey{pool, ip})
+	return t.inner.Delete(ctx, pool, ip, rev)
+}
+
+// Cursor and SetCursor pass through when the Store keeps cursors, and
+// behave as a Store without them otherwise.
+func (t *trackStore) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
+	if t.cursors == nil {
+		return netip.Addr{}, nil
+	}
+	return t.cursors.Cursor(ctx, pool)
+}
+
+func (t *trackStore) SetCursor(ctx context.Context, pool string, ip netip.Addr) error {
+	if t.cursors == nil {
+		return nil
+	}
+	return t.cursors.SetCursor(ctx, pool, ip)
+}

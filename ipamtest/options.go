@@ -1,0 +1,257 @@
+package ipamtest
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/store"
+)
+
+// Event is one kind of step a Sim takes.
+//
+// The zero Event is EventCreate. An Event is a plain value.
+type Event uint8
+
+// The events of a Sim. Each step draws one, weighted by the Mix; an event
+// that cannot happen in the current state (no pod to delete, no failed node
+// to recover) becomes EventAdvance.
+const (
+	// EventCreate creates a pod of a Deployment (a new name and UID) that has
+	// fewer pods than it wants, or the missing member of a StatefulSet (an
+	// ordinal below its replicas), on a Ready node, and runs its CNI ADD.
+	EventCreate Event = iota
+	// EventDelete deletes a pod on a Ready node; its CNI DEL runs.
+	EventDelete
+	// EventDeleteLost deletes a pod on a Ready node; its CNI DEL is lost, so
+	// its claims stay for garbage collection.
+	EventDeleteLost
+	// EventRestart restarts a pod's sandbox: CNI ADD again for the same pod
+	// UID, which must return the addresses the pod holds (or, for a pod
+	// still Pending, retries its allocation).
+	EventRestart
+	// EventRecreate deletes a running StatefulSet pod and creates it again
+	// with a new UID, maybe on another node; it must get its addresses back.
+	EventRecreate
+	// EventScaleUp adds a replica to a StatefulSet.
+	EventScaleUp
+	// EventScaleDown removes a replica from a StatefulSet: the pod of the
+	// highest ordinal is deleted, its DEL sometimes lost, and its claims
+	// become garbage.
+	EventScaleDown
+	// EventNodeFail makes a node NotReady: its pods get deletion timestamps
+	// (now plus their grace period) but cannot finish terminating; about a
+	// third of them are force-deleted, their DEL lost.
+	EventNodeFail
+	// EventNodeRecover makes a NotReady node Ready: its terminating pods
+	// finish, most with a CNI DEL, some with the DEL lost.
+	EventNodeRecover
+	// EventAgentRestart replaces the plugin's Allocator with a new one on the
+	// same Store, as a restarted agent process would (its quarantine is lost).
+	EventAgentRestart
+	// EventAdvance moves the clock forward by one second to a minute.
+	EventAdvance
+	// EventGC runs Allocator.CollectGarbage with a snapshot of the pod model.
+	EventGC
+
+	numEvents
+)
+
+var eventNames = [numEvents]string{
+	"create", "delete", "delete-lost-del", "restart", "recreate", "scale-up", "scale-down",
+	"node-fail", "node-recover", "agent-restart", "advance", "gc",
+}
+
+// String returns the event's name, such as "delete-lost-del".
+func (e Event) String() string {
+	if e < numEvents {
+		return eventNames[e]
+	}
+	return fmt.Sprintf("Event(%d)", uint8(e))
+}
+
+// Mix weighs the events a Sim draws: an event of weight w is drawn w times
+// in sum-of-weights draws, on average (an event that cannot happen is drawn
+// again). A weight of zero turns an event off.
+//
+// The zero Mix means DefaultMix. A Mix is a plain value.
+type Mix struct {
+	Create, Delete, DeleteLost, Restart, Recreate int
+	ScaleUp, ScaleDown, NodeFail, NodeRecover     int
+	AgentRestart, Advance, GC                     int
+}
+
+// DefaultMix returns the weights a Sim uses when SimOptions.Mix is zero.
+func DefaultMix() Mix {
+	return Mix{
+		Create: 24, Delete: 10, DeleteLost: 4, Restart: 12, Recreate: 8,
+		ScaleUp: 4, ScaleDown: 4, NodeFail: 1, NodeRecover: 2,
+		AgentRestart: 1, Advance: 8, GC: 4,
+	}
+}
+
+func (m Mix) weights() [numEvents]int {
+	return [numEvents]int{
+		m.Create, m.Delete, m.DeleteLost, m.Restart, m.Recreate, m.ScaleUp, m.ScaleDown,
+		m.NodeFail, m.NodeRecover, m.AgentRestart, m.Advance, m.GC,
+	}
+}
+
+// SimOptions configure a Sim. Every field has a useful zero value.
+//
+// The zero SimOptions simulates DefaultPools on DefaultNodes with two
+// Deployments and one StatefulSet. A SimOptions is a plain value; NewSim
+// does not modify it, nor the pools and nodes it names.
+type SimOptions struct {
+	// Pools are the cluster's pools; they must be valid and disjoint
+	// (ipam.NewCatalog). Nil means DefaultPools(). Keep them small: a pool
+	// that never fills up tests little.
+	Pools []*ipam.Pool
+	// Nodes are the cluster's nodes, all Ready at the start. Nil means
+	// DefaultNodes().
+	Nodes []Node
+	// Deployments and StatefulSets are how many of each the cluster runs;
+	// zero means 2 and 1, negative means none.
+	Deployments, StatefulSets int
+	// MaxPods is how many pods, not counting terminating ones, a Deployment
+	// runs at most; zero means 4.
+	MaxPods int
+	// MaxReplicas bounds a StatefulSet's replicas; zero means 4. Each starts
+	// at a random count up to it.
+	MaxReplicas int
+	// Mix weighs the events; the zero Mix means DefaultMix().
+	Mix Mix
+	// Quarantine is the Allocator's quarantine (ipam.Options.Quarantine).
+	Quarantine time.Duration
+	// GC are the options of every garbage collection. With
+	// GC.DisableStatefulSet, StatefulSet pods ask as ordinary owners and
+	// their DEL releases, as with Spiderpool's StatefulSet support off.
+	GC ipam.GCOptions
+	// Start is the simulated time at the first step; zero means
+	// 2026-01-01T00:00:00Z.
+	Start time.Time
+	// Store holds the claims; nil means a new memstore. It must be empty,
+	// and no one else may write to it.
+	Store store.Store
+	// Agents is how many Allocators share the Store, as the agents of a
+	// cluster's nodes do: node i's pods are served by agent i mod Agents,
+	// and agent 0 also collects garbage. Zero means one. The quarantine is
+	// checked only for an address handed out by the agent that released
+	// it, since each Allocator keeps its own.
+	Agents int
+	// CheckEvery is how many steps pass between two full comparisons of the
+	// Store with the model; zero means 32, negative means only at Settle.
+	// The claims a step touches are compared after every step regardless.
+	CheckEvery int
+	// HistoryLen is how many of the last events a Violation reports; zero
+	// means 20, negative means every event since the start.
+	HistoryLen int
+}
+
+// Validate reports whether the options can make a Sim.
+func (o SimOptions) Validate() error {
+	var errs []error
+	for i, w := range o.Mix.weights() {
+		if w < 0 {
+			errs = append(errs, fmt.Errorf("ipamtest: sim options: mix weight of %s is negative: %d", Event(i), w))
+		}
+	}
+	if o.Quarantine < 0 {
+		errs = append(errs, fmt.Errorf("ipamtest: sim options: quarantine is negative: %v", o.Quarantine))
+	}
+	if err := o.GC.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.MaxPods < 0 || o.MaxReplicas < 0 {
+		errs = append(errs, fmt.Errorf("ipamtest: sim options: negative MaxPods %d or MaxReplicas %d", o.MaxPods, o.MaxReplicas))
+	}
+	for i, n := range o.Nodes {
+		if n.Name == "" {
+			errs = append(errs, fmt.Errorf("ipamtest: sim options: nodes[%d] has no name", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultPools returns the pools of the zero SimOptions: three small IPv4
+// pools and one IPv6 pool, all cluster defaults, one only for nodes n0 and n1
+// and lowest-free, one only for nodes in zone b.
+func DefaultPools() []*ipam.Pool {
+	return []*ipam.Pool{
+		V4Pool("v4-a", "10.0.0.0/24", Span("10.0.0.10", "10.0.0.17"), Default()),
+		V4Pool("v4-b", "10.0.1.0/24", Span("10.0.1.10", "10.0.1.15"), Default(), OnNodes("n0", "n1"), Strategy(ipam.LowestFree)),
+		V4Pool("v4-c", "10.0.2.0/24", Span("10.0.2.10", "10.0.2.13"), Default(), NodeAffinity("zone", "b")),
+		V6Pool("v6-a", "fd00:0:0:1::/120", Span("fd00:0:0:1::10", "fd00:0:0:1::17"), Default()),
+	}
+}
+
+// DefaultNodes returns the nodes of the zero SimOptions: n0 and n1 in zone
+// a, n2 and n3 in zone b.
+func DefaultNodes() []Node {
+	return []Node{
+		{Name: "n0", Labels: map[string]string{"zone": "a"}},
+		{Name: "n1", Labels: map[string]string{"zone": "a"}},
+		{Name: "n2", Labels: map[string]string{"zone": "b"}},
+		{Name: "n3", Labels: map[string]string{"zone": "b"}},
+	}
+}
+
+// RandomOptions returns options drawn from seed, as TestSim uses them: two
+// to four IPv4 pools and up to two IPv6 pools of 2 to 10 addresses each, with
+// random strategies, some cluster defaults, some with node affinity; one to
+// three Deployments and one or two StatefulSets; a quarantine in about a
+// third of the seeds; and varied garbage collection options. The same seed
+// gives the same options.
+func RandomOptions(seed uint64) SimOptions {
+	r := rand.New(rand.NewPCG(seed, 0x6f7074696f6e73))
+	var pools []*ipam.Pool
+	n4 := 2 + r.IntN(3)
+	for i := range n4 {
+		size := 2 + r.IntN(9)
+		opts := []PoolOption{
+			Span(fmt.Sprintf("10.%d.0.10", i), fmt.Sprintf("10.%d.0.%d", i, 10+size-1)),
+			Strategy(ipam.Strategy(r.IntN(2))),
+		}
+		switch {
+		case i == 0:
+			opts = append(opts, Default())
+		case i == 1 && r.IntN(2) == 0:
+			opts = append(opts, Default(), OnNodes("n0", "n1"))
+		case i == 2 && r.IntN(2) == 0:
+			opts = append(opts, Default(), NodeAffinity("zone", "b"))
+		case r.IntN(2) == 0:
+			opts = append(opts, Default())
+		}
+		pools = append(pools, V4Pool(fmt.Sprintf("v4-%d", i), fmt.Sprintf("10.%d.0.0/24", i), opts...))
+	}
+	for i := range r.IntN(3) {
+		size := 2 + r.IntN(9)
+		opts := []PoolOption{
+			Span(fmt.Sprintf("fd00:0:0:%d::10", i), fmt.Sprintf("fd00:0:0:%d::%x", i, 16+size-1)),
+			Strategy(ipam.Strategy(r.IntN(2))),
+		}
+		if i == 0 || r.IntN(2) == 0 {
+			opts = append(opts, Default())
+		}
+		pools = append(pools, V6Pool(fmt.Sprintf("v6-%d", i), fmt.Sprintf("fd00:0:0:%d::/120", i), opts...))
+	}
+	o := SimOptions{
+		Pools:        pools,
+		Deployments:  1 + r.IntN(3),
+		StatefulSets: 1 + r.IntN(2),
+		MaxPods:      2 + r.IntN(5),
+		MaxReplicas:  2 + r.IntN(4),
+	}
+	if r.IntN(3) == 0 {
+		o.Quarantine = [...]time.Duration{5 * time.Second, 30 * time.Second, 2 * time.Minute}[r.IntN(3)]
+	}
+	o.GC.AdditionalGraceDelay = [...]time.Duration{0, 0, 5 * time.Second, 30 * time.Second}[r.IntN(4)]
+	o.GC.DisableTerminatingOnNotReadyNode = r.IntN(6) == 0
+	if r.IntN(4) == 0 {
+		o.GC.ClockSkew = [...]time.Duration{time.Second, 10 * time.Second}[r.IntN(2)]
+	}
+	o.GC.DisableStatefulSet = r.IntN(10) == 0
+	return o
+}
