@@ -1,0 +1,688 @@
+//go:build linux
+
+package filestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ipamkit/ipam/store"
+)
+
+// Compile-time checks that *Store provides the contract and its capability.
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Cursors = (*Store)(nil)
+)
+
+// Pool maps a pool name onto the network directory: which addresses belong to
+// it, and which last_reserved_ip.<Index> file holds its cursor.
+//
+// The zero Pool is not valid: it needs a name and prefixes. A Pool is a plain
+// value; Open copies what it needs.
+type Pool struct {
+	// Name is the store.Claim.Pool of the pool's claims.
+	Name string
+	// Index names the pool's cursor file, last_reserved_ip.<Index>: host-local's
+	// range-set index.
+	Index int
+	// Prefixes are the addresses of the pool, without host bits set. A range
+	// that is not a prefix is covered by several (netipx.IPRange.Prefixes).
+	Prefixes []netip.Prefix
+}
+
+// contains reports whether ip belongs to p.
+func (p *Pool) contains(ip netip.Addr) bool {
+	for _, pfx := range p.Prefixes {
+		if pfx.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// Options configure a Store.
+//
+// The zero Options is not valid: Pools is required. Options are plain values.
+type Options struct {
+	// Pools are the pools whose claims live in the directory. Names and indexes
+	// are unique; prefixes are valid, without host bits, and disjoint across all
+	// pools, so that every address belongs to at most one pool. A claim is
+	// listed under the pool whose prefixes contain its address; files of
+	// addresses outside every pool are left alone.
+	Pools []Pool
+	// Sync fsyncs every file written and the directory after every change, so
+	// that a write that returned survives a power loss, at the cost of the
+	// fsyncs. A process crash loses nothing either way.
+	Sync bool
+}
+
+// Validate reports every problem of o at once, each naming the field.
+func (o Options) Validate() error {
+	var errs []error
+	if len(o.Pools) == 0 {
+		errs = append(errs, errors.New("pools is empty: a directory needs at least one pool"))
+	}
+	names := make(map[string]int, len(o.Pools))
+	indexes := make(map[int]int, len(o.Pools))
+	type seen struct {
+		pfx   netip.Prefix
+		field string
+	}
+	var prefixes []seen
+	for i, p := range o.Pools {
+		field := fmt.Sprintf("pools[%d]", i)
+		if p.Name == "" {
+			errs = append(errs, fmt.Errorf("%s.name is empty", field))
+		} else if j, dup := names[p.Name]; dup {
+			errs = append(errs, fmt.Errorf("%s.name %q: also the name of pools[%d]", field, p.Name, j))
+		} else {
+			names[p.Name] = i
+		}
+		if p.Index < 0 {
+			errs = append(errs, fmt.Errorf("%s.index %d: negative", field, p.Index))
+		} else if j, dup := indexes[p.Index]; dup {
+			errs = append(errs, fmt.Errorf("%s.index %d: also the index of pools[%d]", field, p.Index, j))
+		} else {
+			indexes[p.Index] = i
+		}
+		if len(p.Prefixes) == 0 {
+			errs = append(errs, fmt.Errorf("%s.prefixes is empty", field))
+		}
+		for k, pfx := range p.Prefixes {
+			field := fmt.Sprintf("%s.prefixes[%d]", field, k)
+			if !pfx.IsValid() {
+				errs = append(errs, fmt.Errorf("%s: invalid prefix", field))
+				continue
+			}
+			if m := pfx.Masked(); m != pfx {
+				errs = append(errs, fmt.Errorf("%s %s: host bits set; the prefix is %s", field, pfx, m))
+				continue
+			}
+			for _, q := range prefixes {
+				if q.pfx.Overlaps(pfx) {
+					errs = append(errs, fmt.Errorf("%s %s overlaps %s %s", field, pfx, q.field, q.pfx))
+				}
+			}
+			prefixes = append(prefixes, seen{pfx, field})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Store is a store.Store, with store.Cursors, on one network directory in
+// host-local's format (see the package documentation).
+//
+// The zero Store is not usable; create one with Open. A *Store is safe for
+// concurrent use by multiple goroutines, and by other processes on the same
+// directory.
+type Store struct {
+	dir    string
+	sync   bool
+	pools  map[string]*pool
+	lockFd int // the lock file, for flock
+	dirFd  int // the directory, for fsync
+
+	sem    chan struct{} // held by the goroutine that holds the flock
+	closed atomic.Bool
+}
+
+// pool is a configured pool and the path of its cursor file.
+type pool struct {
+	Pool
+	cursorPath string
+}
+
+// Open opens the network directory dir, <dataDir>/<network name>, creating it
+// with mode 0755 and its lock file if missing, and removes the temporary files
+// a crashed writer left in it. Close releases the Store's descriptors.
+func Open(dir string, opts Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
+	}
+	s := &Store{
+		dir:   strings.TrimSuffix(dir, "/"),
+		sync:  opts.Sync,
+		pools: make(map[string]*pool, len(opts.Pools)),
+		sem:   make(chan struct{}, 1),
+	}
+	if s.dir == "" {
+		s.dir = "/"
+	}
+	for _, p := range opts.Pools {
+		p.Prefixes = append([]netip.Prefix(nil), p.Prefixes...)
+		s.pools[p.Name] = &pool{Pool: p, cursorPath: s.path(cursorPrefix + strconv.Itoa(p.Index))}
+	}
+	var err error
+	// host-local creates the lock file O_CREAT|O_RDONLY with mode 0750.
+	if s.lockFd, err = openFile(s.path(lockName), syscall.O_RDONLY|syscall.O_CREAT|syscall.O_CLOEXEC, 0o750); err != nil {
+		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
+	}
+	if s.dirFd, err = openFile(s.dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err != nil {
+		syscall.Close(s.lockFd)
+		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
+	}
+	if err := s.removeTemps(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
+	}
+	return s, nil
+}
+
+// removeTemps removes, under the lock, the temporary files that a writer that
+// died left behind. Every temporary file is created and removed under the
+// lock, so none is in use while it is held. If another process holds the lock
+// now, it does nothing rather than wait: that process is alive, and a later
+// Open cleans up.
+func (s *Store) removeTemps() error {
+	if ok, err := s.tryLock(); err != nil || !ok {
+		return err
+	}
+	defer s.unlock()
+	return s.walk(func(name string) error {
+		if !strings.HasPrefix(name, tmpPrefix) {
+			return nil
+		}
+		if err := syscall.Unlink(s.path(name)); err != nil && err != syscall.ENOENT {
+			return &fs.PathError{Op: "unlink", Path: s.path(name), Err: err}
+		}
+		return nil
+	})
+}
+
+// walk calls f with the name of every entry of the directory, in directory
+// order, reading the names in batches.
+func (s *Store) walk(f func(name string) error) error {
+	d, err := os.Open(s.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	for {
+		names, err := d.Readdirnames(1024)
+		for _, name := range names {
+			if err := f(name); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// Close releases the Store's file descriptors; calls made after it fail. It
+// waits for a write in progress to finish, and for a wait on another
+// process's lock that a cancelled call left behind to get the lock. It does
+// not remove any file.
+func (s *Store) Close() error {
+	s.sem <- struct{}{}
+	defer func() { <-s.sem }()
+	if s.closed.Swap(true) {
+		return fmt.Errorf("filestore: close %s: %w", s.dir, os.ErrClosed)
+	}
+	err := errors.Join(syscall.Close(s.lockFd), syscall.Close(s.dirFd))
+	if err != nil {
+		return fmt.Errorf("filestore: close %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// path returns the path of the directory entry name.
+func (s *Store) path(name string) string { return s.dir + "/" + name }
+
+// claimPath returns the path of ip's claim file.
+func (s *Store) claimPath(ip netip.Addr) string { return s.path(ip.String()) }
+
+// errInvalidIP is returned, wrapped, when asked about the zero netip.Addr.
+var errInvalidIP = errors.New("ip is not a valid address")
+
+// Get returns the claim for ip in pool. It returns an error wrapping
+// store.ErrNotFound if there is none (also for an unknown pool, or an address
+// outside the pool's prefixes), and a *CorruptError if the file at the
+// address's name is not a claim.
+func (s *Store) Get(ctx context.Context, poolName string, ip netip.Addr) (store.Claim, error) {
+	fail := func(err error) (store.Claim, error) {
+		return store.Claim{}, fmt.Errorf("filestore: get %s/%s: %w", poolName, ip, err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return fail(err)
+	}
+	if !ip.IsValid() {
+		return fail(errInvalidIP)
+	}
+	p := s.pools[poolName]
+	if p == nil || !p.contains(ip) {
+		return fail(store.ErrNotFound)
+	}
+	c, again, err := s.readClaim(p, ip, s.claimPath(ip))
+	if again {
+		if err := s.lock(ctx); err != nil {
+			return fail(err)
+		}
+		c, _, err = s.readClaim(p, ip, s.claimPath(ip))
+		s.unlock()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// readClaim reads the claim file of ip in p at path. It returns an error
+// wrapping store.ErrNotFound if there is none, or a *CorruptError. Without the
+// lock, it reports again true where a writer may be in the middle of writing
+// the file: the file is corrupt (host-local creates the file, then writes it)
+// or linked under a second name (a Create publishing it): reading it again
+// under the lock gives the settled answer.
+func (s *Store) readClaim(p *pool, ip netip.Addr, path string) (c store.Claim, again bool, err error) {
+	data, st, bad, err := s.readFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return store.Claim{}, false, fmt.Errorf("%s: %w", path, store.ErrNotFound)
+		}
+		return store.Claim{}, false, err
+	}
+	var owner store.Owner
+	if bad == "" {
+		owner, bad = parseContent(data)
+	}
+	if bad != "" {
+		return store.Claim{}, true, &CorruptError{Path: path, IP: ip, Revision: st.rev, Reason: bad}
+	}
+	c = store.Claim{Pool: p.Name, IP: ip, Owner: owner, Time: st.mtime, Revision: st.rev}
+	return c, st.nlink != 1, nil
+}
+
+// List returns every claim of pool, in no particular order, in a new slice the
+// caller owns. An unknown pool has no claims.
+//
+// If some files of the pool's addresses are corrupt, List returns the claims it
+// could read together with an error that joins one *CorruptError per corrupt
+// file (errors.Is(err, ErrCorrupt) reports true); their addresses stay taken.
+// On any other error it returns no claims.
+func (s *Store) List(ctx context.Context, poolName string) ([]store.Claim, error) {
+	fail := func(err error) ([]store.Claim, error) {
+		return nil, fmt.Errorf("filestore: list %s: %w", poolName, err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return fail(err)
+	}
+	p := s.pools[poolName]
+	if p == nil {
+		return []store.Claim{}, nil
+	}
+	var (
+		claims  = []store.Claim{}
+		corrupt []error
+		again   []netip.Addr // to read again under the lock
+		n       int
+	)
+	err := s.walk(func(name string) error {
+		if n++; n%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		ip, badName, ok := claimName(name)
+		if !ok || !p.contains(ip) {
+			return nil
+		}
+		if badName != "" {
+			corrupt = append(corrupt, &CorruptError{Path: s.path(name), IP: ip, Reason: "file name " + badName})
+			return nil
+		}
+		c, retry, err := s.readClaim(p, ip, s.path(name))
+		switch {
+		case retry:
+			again = append(again, ip)
+		case errors.Is(err, store.ErrNotFound): // deleted since the directory was read
+		case err != nil:
+			return err
+		default:
+			claims = append(claims, c)
+		}
+		return nil
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if len(again) > 0 {
+		if err := s.lock(ctx); err != nil {
+			return fail(err)
+		}
+		for _, ip := range again {
+			c, _, err := s.readClaim(p, ip, s.claimPath(ip))
+			var ce *CorruptError
+			switch {
+			case errors.As(err, &ce):
+				corrupt = append(corrupt, ce)
+			case errors.Is(err, store.ErrNotFound):
+			case err != nil:
+				s.unlock()
+				return fail(err)
+			default:
+				claims = append(claims, c)
+			}
+		}
+		s.unlock()
+	}
+	if len(corrupt) > 0 {
+		return claims, fmt.Errorf("filestore: list %s: %d corrupt claim files: %w", poolName, len(corrupt), errors.Join(corrupt...))
+	}
+	return claims, nil
+}
+
+// ready reports why the Store cannot serve a call: ctx is done, or it is closed.
+func (s *Store) ready(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return os.ErrClosed
+	}
+	return nil
+}
+
+// checkClaim reports why c cannot be written in host-local's format.
+func checkClaim(c store.Claim) error {
+	if err := errors.Join(c.Validate(), checkOwner(c.Owner)); err != nil {
+		return err
+	}
+	if c.IP.Zone() != "" || c.IP.Is4In6() {
+		return fmt.Errorf("ip %s: host-local names files by plain IPv4 or IPv6 addresses", c.IP)
+	}
+	return nil
+}
+
+// Create stores c if no claim exists for (c.Pool, c.IP) and returns it with its
+// new Revision and, as Time, the file's modification time (c.Time, or the time
+// of the write if c.Time is zero); c.Revision is ignored. It returns an error
+// wrapping store.ErrExists if the address's file exists, whatever it holds. It
+// fails, storing nothing, if c is not a valid claim, if its owner cannot be
+// written in host-local's format (ErrUnsupportedOwner), or if its pool is not
+// one of Options.Pools or does not contain its address.
+func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
+	fail := func(err error) (store.Claim, error) {
+		return store.Claim{}, fmt.Errorf("filestore: create %s/%s: %w", c.Pool, c.IP, err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return fail(err)
+	}
+	if err := checkClaim(c); err != nil {
+		return fail(err)
+	}
+	switch p := s.pools[c.Pool]; {
+	case p == nil:
+		return fail(fmt.Errorf("unknown pool %q: not in Options.Pools", c.Pool))
+	case !p.contains(c.IP):
+		return fail(fmt.Errorf("ip %s is not in pool %q's prefixes %v", c.IP, c.Pool, p.Prefixes))
+	}
+	if err := s.lock(ctx); err != nil {
+		return fail(err)
+	}
+	defer s.unlock()
+	path := s.claimPath(c.IP)
+	tmp, fd, err := s.writeTemp(content(c.Owner), c.Time)
+	if err != nil {
+		return fail(err)
+	}
+	defer syscall.Close(fd)
+	if err := retryEINTR(func() error { return syscall.Link(tmp, path) }); err != nil {
+		syscall.Unlink(tmp)
+		if err == syscall.EEXIST {
+			return fail(fmt.Errorf("%s: %w", path, store.ErrExists))
+		}
+		return fail(&os.LinkError{Op: "link", Old: tmp, New: path, Err: err})
+	}
+	// Published. Should the unlink fail, the claim stands, with a second name
+	// that the next Open removes.
+	syscall.Unlink(tmp)
+	if err := s.syncDir(); err != nil {
+		syscall.Unlink(path) // not durable: take it back, still under the lock
+		return fail(err)
+	}
+	st, err := s.stat(fd, path)
+	if err != nil {
+		return fail(err)
+	}
+	c.Time, c.Revision = st.mtime, st.rev
+	return c, nil
+}
+
+// current opens the claim file of ip, under the lock, and checks that its
+// revision is rev. It returns the open descriptor, which the caller closes, or
+// an error wrapping store.ErrNotFound or store.ErrConflict. A corrupt file has
+// a revision like any other, so a writer that read it from a *CorruptError can
+// replace or remove it.
+func (s *Store) current(ip netip.Addr, rev int64) (int, error) {
+	path := s.claimPath(ip)
+	fd, err := openFile(path, openFlags, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return -1, fmt.Errorf("%s: %w", path, store.ErrNotFound)
+	case errors.Is(err, syscall.ELOOP):
+		// A symbolic link has no revision a caller could know.
+		return -1, fmt.Errorf("%s is a symbolic link: %w", path, store.ErrConflict)
+	case err != nil:
+		return -1, err
+	}
+	st, err := s.stat(fd, path)
+	if err != nil {
+		syscall.Close(fd)
+		return -1, err
+	}
+	if st.rev != rev {
+		syscall.Close(fd)
+		return -1, fmt.Errorf("%s at revision %d (current %d): %w", path, rev, st.rev, store.ErrConflict)
+	}
+	return fd, nil
+}
+
+// Update replaces the claim for (c.Pool, c.IP) with c if its current revision is
+// rev, and returns it with its new Revision and Time, as Create does; c.Revision
+// is ignored. It returns an error wrapping store.ErrNotFound if there is no
+// claim (also for an unknown pool, or an address outside the pool's prefixes)
+// and store.ErrConflict if the revision differs, and fails as Create does if c
+// cannot be stored. The new file is renamed over the old one: a reader sees
+// one or the other.
+func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Claim, error) {
+	fail := func(err error) (store.Claim, error) {
+		return store.Claim{}, fmt.Errorf("filestore: update %s/%s: %w", c.Pool, c.IP, err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return fail(err)
+	}
+	if err := checkClaim(c); err != nil {
+		return fail(err)
+	}
+	p := s.pools[c.Pool]
+	if p == nil || !p.contains(c.IP) {
+		return fail(store.ErrNotFound)
+	}
+	if err := s.lock(ctx); err != nil {
+		return fail(err)
+	}
+	defer s.unlock()
+	old, err := s.current(c.IP, rev)
+	if err != nil {
+		return fail(err)
+	}
+	// Holding the old file open keeps its inode in use, so the new file gets
+	// another inode number and so another revision.
+	defer syscall.Close(old)
+	path := s.claimPath(c.IP)
+	tmp, fd, err := s.writeTemp(content(c.Owner), c.Time)
+	if err != nil {
+		return fail(err)
+	}
+	defer syscall.Close(fd)
+	if err := retryEINTR(func() error { return syscall.Rename(tmp, path) }); err != nil {
+		syscall.Unlink(tmp)
+		return fail(&os.LinkError{Op: "rename", Old: tmp, New: path, Err: err})
+	}
+	if err := s.syncDir(); err != nil {
+		return fail(err)
+	}
+	st, err := s.stat(fd, path)
+	if err != nil {
+		return fail(err)
+	}
+	c.Time, c.Revision = st.mtime, st.rev
+	return c, nil
+}
+
+// Delete removes the claim for ip in pool if its current revision is rev. It
+// returns an error wrapping store.ErrNotFound if there is no claim (also for an
+// unknown pool, or an address outside the pool's prefixes) and
+// store.ErrConflict if the revision differs.
+func (s *Store) Delete(ctx context.Context, poolName string, ip netip.Addr, rev int64) error {
+	fail := func(err error) error {
+		return fmt.Errorf("filestore: delete %s/%s: %w", poolName, ip, err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return fail(err)
+	}
+	if !ip.IsValid() {
+		return fail(errInvalidIP)
+	}
+	if p := s.pools[poolName]; p == nil || !p.contains(ip) {
+		return fail(store.ErrNotFound)
+	}
+	if err := s.lock(ctx); err != nil {
+		return fail(err)
+	}
+	defer s.unlock()
+	fd, err := s.current(ip, rev)
+	if err != nil {
+		return fail(err)
+	}
+	defer syscall.Close(fd)
+	path := s.claimPath(ip)
+	if err := syscall.Unlink(path); err != nil {
+		return fail(&fs.PathError{Op: "unlink", Path: path, Err: err})
+	}
+	if err := s.syncDir(); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// Cursor returns the address recorded in pool's last_reserved_ip.<Index> file,
+// or the zero Addr if there is none, the pool is unknown, or the address is not
+// in the pool (as host-local, which ignores a cursor outside its range set). It
+// returns an error naming the file if the content is not an address.
+func (s *Store) Cursor(ctx context.Context, poolName string) (netip.Addr, error) {
+	fail := func(err error) (netip.Addr, error) {
+		return netip.Addr{}, fmt.Errorf("filestore: cursor %s: %w", poolName, err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return fail(err)
+	}
+	p := s.pools[poolName]
+	if p == nil {
+		return netip.Addr{}, nil
+	}
+	ip, again, err := s.readCursor(p)
+	if again {
+		// host-local truncates the file, then writes it: an empty file may be
+		// caught in between.
+		if err := s.lock(ctx); err != nil {
+			return fail(err)
+		}
+		ip, _, err = s.readCursor(p)
+		s.unlock()
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return ip, nil
+}
+
+// readCursor reads p's cursor file. It reports again true if the file is
+// empty, which host-local leaves for a moment while it rewrites the file.
+func (s *Store) readCursor(p *pool) (ip netip.Addr, again bool, err error) {
+	data, _, bad, err := s.readFile(p.cursorPath)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return netip.Addr{}, false, nil
+	case err != nil:
+		return netip.Addr{}, false, err
+	case bad != "":
+		return netip.Addr{}, false, fmt.Errorf("%s: %s", p.cursorPath, bad)
+	}
+	text := strings.TrimSpace(string(data))
+	if text == "" {
+		return netip.Addr{}, true, fmt.Errorf("%s: empty file", p.cursorPath)
+	}
+	ip, err = netip.ParseAddr(text)
+	if err != nil || ip.Zone() != "" {
+		return netip.Addr{}, false, fmt.Errorf("%s: content %s is not an IP address", p.cursorPath, quote(data))
+	}
+	if !p.contains(ip.Unmap()) {
+		return netip.Addr{}, false, nil
+	}
+	return ip.Unmap(), false, nil
+}
+
+// SetCursor records ip as the last address reserved in pool, in its
+// last_reserved_ip.<Index> file, replaced atomically. Setting the zero Addr
+// removes the file. It fails if the pool is unknown or ip is not in it. A
+// cursor is a hint, not a claim: setting it changes no revision.
+func (s *Store) SetCursor(ctx context.Context, poolName string, ip netip.Addr) error {
+	fail := func(err error) error {
+		return fmt.Errorf("filestore: set cursor %s to %s: %w", poolName, ip, err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return fail(err)
+	}
+	p := s.pools[poolName]
+	switch {
+	case p == nil:
+		return fail(fmt.Errorf("unknown pool %q: not in Options.Pools", poolName))
+	case ip.IsValid() && !p.contains(ip):
+		return fail(fmt.Errorf("ip %s is not in pool %q's prefixes %v", ip, poolName, p.Prefixes))
+	}
+	if err := s.lock(ctx); err != nil {
+		return fail(err)
+	}
+	defer s.unlock()
+	if !ip.IsValid() {
+		if err := syscall.Unlink(p.cursorPath); err != nil && err != syscall.ENOENT {
+			return fail(&fs.PathError{Op: "unlink", Path: p.cursorPath, Err: err})
+		}
+		if err := s.syncDir(); err != nil {
+			return fail(err)
+		}
+		return nil
+	}
+	tmp, fd, err := s.writeTemp([]byte(ip.String()), time.Time{})
+	if err != nil {
+		return fail(err)
+	}
+	syscall.Close(fd)
+	if err := retryEINTR(func() error { return syscall.Rename(tmp, p.cursorPath) }); err != nil {
+		syscall.Unlink(tmp)
+		return fail(&os.LinkError{Op: "rename", Old: tmp, New: p.cursorPath, Err: err})
+	}
+	if err := s.syncDir(); err != nil {
+		return fail(err)
+	}
+	return nil
+}
