@@ -1,0 +1,106 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const sample = `goos: linux
+cpu: Test CPU
+BenchmarkHoles16/ipam-2        	 1000	       1000 ns/op	     400 B/op	       2 allocs/op
+BenchmarkHoles16/ipam-2        	 1000	       3000 ns/op	     400 B/op	       2 allocs/op
+BenchmarkHoles16/ipam-2        	 1000	       2000 ns/op	     400 B/op	       2 allocs/op
+BenchmarkHoles16/hostlocal-mem-2 	  10	    2000000 ns/op	   16000 B/op	     600 allocs/op
+BenchmarkHoles16/bitmap-2      	 9999	         25.5 ns/op	       0 B/op	       0 allocs/op
+BenchmarkConcurrentFill20/ipam-2 	 10	       2300 ns/op	         0 dups	         0 errs	    1458 B/op	       2 allocs/op
+BenchmarkConcurrentFill20/goipam-2 	  1	     700000 ns/op	         2 dups	         1 errs	  220000 B/op	    2080 allocs/op
+2026-11-22T23:07:36Z [debug] Reserving IP: "10.0.15.254"
+PASS
+`
+
+func TestParse(t *testing.T) {
+	r, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.cpu != "Test CPU" {
+		t.Errorf("cpu %q", r.cpu)
+	}
+	if m, ok := r.median("Holes16", "ipam", "ns/op"); !ok || m != 2000 {
+		t.Errorf("median %v %v, want 2000", m, ok)
+	}
+	if m, _ := r.median("ConcurrentFill20", "goipam", "dups"); m != 2 {
+		t.Errorf("dups %v, want 2", m)
+	}
+	if _, ok := r.median("Fill20", "ipam", "ns/op"); ok {
+		t.Error("a benchmark that did not run has a median")
+	}
+	if _, err := parse(strings.NewReader("PASS\n")); err == nil {
+		t.Error("no results: no error")
+	}
+}
+
+func TestRender(t *testing.T) {
+	r, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(environment{Date: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), CPU: "X", NumCPU: 2, Go: "go1.26", Command: "go test", Report: "go run"}, r)
+	for _, want := range []string{
+		beginMark, endMark,
+		"| b allocate the holes of a /16 99 % full | 2.00 µs | 25.5 ns | 2.00 ms |",
+		"| b allocate the holes of a /16 99 % full | 78 | 1/1,000 |",
+		"b 1/1,000; c not measured | **not met** |",
+		"goipam 2 | **not met** |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestFormat(t *testing.T) {
+	for _, c := range []struct {
+		q    float64
+		want string
+	}{{0.001, "1/1,000"}, {1.0 / 1234.5, "1/1,230"}, {0.5, "1/2"}, {2.345, "2.3"}, {66.4, "66"}, {1234, "1,230"}} {
+		if got := formatRatio(c.q); got != c.want {
+			t.Errorf("formatRatio(%v) = %q, want %q", c.q, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		ns   float64
+		want string
+	}{{25.5, "25.5 ns"}, {905, "905 ns"}, {2880, "2.88 µs"}, {1.05e6, "1.05 ms"}, {1.7e9, "1.70 s"}} {
+		if got := duration(c.ns); got != c.want {
+			t.Errorf("duration(%v) = %q, want %q", c.ns, got, c.want)
+		}
+	}
+}
+
+func TestSplice(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "README.md")
+	before := "# T\n\nhand\n\n" + beginMark + "\nold\n" + endMark + "\n\nafter\n"
+	if err := os.WriteFile(path, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	text := beginMark + "\nnew\n" + endMark + "\n"
+	for range 2 { // idempotent
+		if err := splice(path, text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := os.ReadFile(path)
+	if want := "# T\n\nhand\n\n" + beginMark + "\nnew\n" + endMark + "\n\nafter\n"; string(got) != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if err := os.WriteFile(path, []byte("no markers\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := splice(path, text); err == nil {
+		t.Error("no markers: no error")
+	}
+}
