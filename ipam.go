@@ -1628,7 +1628,7 @@ type poolIndex struct {
 
 	mu         sync.Mutex
 	tree       *usedTree
-	quarantine []quarantined          // releases still kept, in the order they came
+	quarantine []quarantined            // releases still kept, in the order they came
 	quarUntil  map[netip.Addr]time.Time // each quarantined address and its latest end
 	cursor     netip.Addr
 	next       u128    // where round-robin resumes: the ordinal after cursor
