@@ -578,7 +578,8 @@ func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.
 	if owner.Stable && t.sel != nil && !slices.Contains(t.sel.Pools, h.pool.name) {
 		// The pod's pools changed: serve it anew, and let the old address go
 		// once that worked (Spiderpool releases it first).
-		t.stale = &c
+		stale := c
+		t.stale = &stale
 		return nil
 	}
 	if err := a.adopt(ctx, t.iface, h.pool, c, hid, owner); err != nil {
