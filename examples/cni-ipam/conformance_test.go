@@ -76,79 +76,26 @@ type ip020 struct {
 // table is hostlocal/conformance_test.go's, reasons and all: the plugin
 // differs from host-local exactly where the library does.
 type difference struct {
-	why    string
-	expect map[int]expectation // op index -> what we do instead
-	final  map[string]string   // allocations afterwards, if different
-	// cursor: the final last-reserved addresses differ (difference 3: a failed
+	Why    string              `json:"why"`
+	Expect map[int]expectation `json:"expect"` // op index -> what we do instead
+	Final  map[string]string   `json:"final"`  // allocations afterwards, if different
+	// Cursor: the final last-reserved addresses differ (difference 3: a failed
 	// ADD does not advance the cursor, or host-local's own bug).
-	cursor bool
+	Cursor bool `json:"cursor"`
 }
 
-var differences = map[string]difference{
-	"repeat-add-same-id": {
-		why: "difference 1: a repeat ADD returns what the owner holds",
-		expect: map[int]expectation{
-			1: {IPs: []ipOut{{"10.1.2.2/24", "10.1.2.1"}}},
-			3: {IPs: []ipOut{{"10.1.2.2/24", "10.1.2.1"}}},
-		},
-	},
-	"legacy-file-format": {
-		why: "difference 1: the legacy id-only claim of container old is returned to it",
-		expect: map[int]expectation{
-			0: {IPs: []ipOut{{"10.0.0.7/24", "10.0.0.1"}}},
-		},
-	},
-	"failed-duplicate-add-rollback-releases-original": {
-		why: "differences 1 and 2: asking for another address than the one held is an error that names both, and the failed ADD keeps what the owner held",
-		expect: map[int]expectation{
-			1: {Error: "10.0.0.50 10.0.0.2"},
-			2: {OK: true},
-		},
-		final:  map[string]string{"10.0.0.2": "a\r\neth0", "10.1.0.2": "a\r\neth0"},
-		cursor: true,
-	},
-	"request-not-in-any-set-rolls-back": {
-		why: "difference 3: requested addresses are checked before anything is allocated, so the failed ADD leaves the cursor where it was",
-		expect: map[int]expectation{
-			1: {IPs: []ipOut{{"10.0.0.2/24", "10.0.0.1"}, {"10.1.0.2/24", "10.1.0.1"}}},
-		},
-		final:  map[string]string{"10.0.0.2": "b\r\neth0", "10.1.0.2": "b\r\neth0"},
-		cursor: true,
-	},
-	"args-cni-ips-two-in-same-set": {
-		why: "difference 3: requested addresses are placed in order (10.1.2.88 first), so the leftover is always 10.1.2.77, and nothing is allocated",
-		expect: map[int]expectation{
-			0: {Error: "10.1.2.77"},
-			1: {Error: "10.1.2.77"},
-		},
-		cursor: true,
-	},
-	"request-already-allocated": {
-		why: "difference 1: the repeat ADD by the same container ID asks for the address it already holds, and gets it",
-		expect: map[int]expectation{
-			1: {IPs: []ipOut{{"192.168.1.5/29", "192.168.1.1"}}},
-		},
-	},
-	"explicit-start-end-gateway": {
-		why:    "difference 3: the failed ADDs with requested addresses outside the range do not move the cursor",
-		cursor: true,
-	},
-	"v4-/24-defaults": {
-		why:    "difference 3: the failed ADDs with requested addresses outside the range do not move the cursor",
-		cursor: true,
-	},
-	"v4-/25-defaults": {
-		why:    "difference 3: the failed ADD with a requested address outside the range does not move the cursor",
-		cursor: true,
-	},
-	"request-outside-range": {
-		why:    "difference 3: the failed ADDs with requested addresses outside the range do not move the cursor",
-		cursor: true,
-	},
-	"container-id-equal-to-ip-string-legacy-match": {
-		why:    "host-local's id-only fallback deleted its own last_reserved_ip.0 file; we never treat the cursor as a claim",
-		cursor: true,
-	},
+// loadDifferences reads the overrides, shared with the other test of these
+// vectors, from ../../testdata/conformance/host-local-differences.json.
+func loadDifferences(t *testing.T) map[string]difference {
+	t.Helper()
+	data, err := os.ReadFile("../../testdata/conformance/host-local-differences.json")
+	require.NoError(t, err)
+	var ds map[string]difference
+	require.NoError(t, json.Unmarshal(data, &ds))
+	for name, d := range ds {
+		require.NotEmptyf(t, d.Why, "override %s gives no reason", name)
+	}
+	return ds
 }
 
 func loadVectors(t *testing.T) []vector {
@@ -163,6 +110,7 @@ func loadVectors(t *testing.T) []vector {
 
 func TestHostLocalVectors(t *testing.T) {
 	vs := loadVectors(t)
+	differences := loadDifferences(t)
 	used := map[string]bool{}
 	for _, v := range vs {
 		diff, hasDiff := differences[v.Name]
@@ -174,21 +122,21 @@ func TestHostLocalVectors(t *testing.T) {
 			for i, o := range v.Ops {
 				var want expectation
 				require.NoError(t, json.Unmarshal(v.Expect[i], &want))
-				if d, ok := diff.expect[i]; ok {
-					t.Logf("op %d: %s", i, diff.why)
+				if d, ok := diff.Expect[i]; ok {
+					t.Logf("op %d: %s", i, diff.Why)
 					want = d
 				}
 				r.do(t, i, o, want)
 			}
 			allocs, cursors := stateDir(t, r.state)
 			wantAlloc := v.FinalState.Allocations
-			if diff.final != nil {
-				wantAlloc = diff.final
+			if diff.Final != nil {
+				wantAlloc = diff.Final
 			}
 			if d := cmp.Diff(wantAlloc, allocs); d != "" {
 				t.Errorf("final state directory: address files (-want +got):\n%s", d)
 			}
-			if !diff.cursor && !strings.Contains(fmt.Sprint(v.FinalState.LastReserved), "random") {
+			if !diff.Cursor && !strings.Contains(fmt.Sprint(v.FinalState.LastReserved), "random") {
 				if d := cmp.Diff(v.FinalState.LastReserved, cursors); d != "" {
 					t.Errorf("final state directory: last_reserved_ip files (-want +got):\n%s", d)
 				}
