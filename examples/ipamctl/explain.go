@@ -11,13 +11,13 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/examples/internal/texttable"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"
@@ -547,29 +547,5 @@ func loadNetConf(path string, data []byte) (ipam.NetConf, error) {
 	return nc, nil
 }
 
-// table is an aligned table whose lines carry no trailing blanks.
-type table struct {
-	*tabwriter.Writer
-	buf bytes.Buffer
-	out io.Writer
-}
-
-func newTable(out io.Writer) *table {
-	t := &table{out: out}
-	t.Writer = tabwriter.NewWriter(&t.buf, 0, 4, 2, ' ', 0)
-	return t
-}
-
-// Flush aligns the rows and writes them out.
-func (t *table) Flush() error {
-	if err := t.Writer.Flush(); err != nil {
-		return err
-	}
-	for line := range strings.Lines(t.buf.String()) {
-		if _, err := io.WriteString(t.out, strings.TrimRight(line, " \n")+"\n"); err != nil {
-			return err
-		}
-	}
-	t.buf.Reset()
-	return nil
-}
+// newTable returns an aligned table that writes to out.
+func newTable(out io.Writer) *texttable.Table { return texttable.New(out) }

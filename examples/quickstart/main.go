@@ -31,10 +31,10 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/examples/internal/texttable"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -367,32 +367,8 @@ func selects(req ipam.Request) bool {
 	return false
 }
 
-// table is an aligned table whose lines carry no trailing blanks.
-type table struct {
-	*tabwriter.Writer
-	buf bytes.Buffer
-	out io.Writer
-}
-
-func newTable(out io.Writer) *table {
-	t := &table{out: out}
-	t.Writer = tabwriter.NewWriter(&t.buf, 0, 4, 2, ' ', 0)
-	return t
-}
-
-// Flush aligns the rows and writes them out.
-func (t *table) Flush() error {
-	if err := t.Writer.Flush(); err != nil {
-		return err
-	}
-	for line := range strings.Lines(t.buf.String()) {
-		if _, err := io.WriteString(t.out, strings.TrimRight(line, " \n")+"\n"); err != nil {
-			return err
-		}
-	}
-	t.buf.Reset()
-	return nil
-}
+// newTable returns an aligned table that writes to out.
+func newTable(out io.Writer) *texttable.Table { return texttable.New(out) }
 
 // rangeString writes a single-address range as that address.
 func rangeString(from, to netip.Addr) string {
