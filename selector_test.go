@@ -879,21 +879,7 @@ func TestParseIPPoolAnnotation(t *testing.T) {
 		{in: `{"ipv4":["a","b","a"]}`, errHas: `ipv4[2] "a": pool named twice`},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			got, err := ipam.ParseIPPoolAnnotation(tc.in)
-			if tc.errHas != "" {
-				require.ErrorIs(t, err, ipam.ErrInvalid)
-				require.ErrorContains(t, err, `annotation "ipam.spidernet.io/ippool"`)
-				require.ErrorContains(t, err, tc.errHas)
-				var ae *ipam.AnnotationError
-				require.ErrorAs(t, err, &ae)
-				require.Equal(t, ipam.AnnotationIPPool, ae.Key)
-				require.Equal(t, tc.in, ae.Value)
-				return
-			}
-			require.NoError(t, err)
-			if d := cmp.Diff(tc.want, got); d != "" {
-				t.Fatalf("(-want +got):\n%s", d)
-			}
+			checkAnnotationParse(t, ipam.AnnotationIPPool, tc.in, ipam.ParseIPPoolAnnotation, tc.want, tc.errHas)
 		})
 	}
 }
@@ -952,6 +938,28 @@ func TestParseIPPoolsAnnotation(t *testing.T) {
 	}
 }
 
+// checkAnnotationParse parses in with parse and checks the result against
+// want, or, when errHas is set, that the error is an *AnnotationError for key
+// and in that unwraps to ErrInvalid and says errHas.
+func checkAnnotationParse[T any](t *testing.T, key, in string, parse func(string) (T, error), want T, errHas string) {
+	t.Helper()
+	got, err := parse(in)
+	if errHas != "" {
+		require.ErrorIs(t, err, ipam.ErrInvalid)
+		require.ErrorContains(t, err, `annotation "`+key+`"`)
+		require.ErrorContains(t, err, errHas)
+		var ae *ipam.AnnotationError
+		require.ErrorAs(t, err, &ae)
+		require.Equal(t, key, ae.Key)
+		require.Equal(t, in, ae.Value)
+		return
+	}
+	require.NoError(t, err)
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("(-want +got):\n%s", d)
+	}
+}
+
 func TestParseSubnetAnnotation(t *testing.T) {
 	for _, tc := range []struct {
 		in     string
@@ -970,17 +978,7 @@ func TestParseSubnetAnnotation(t *testing.T) {
 		{in: `{"ipv4":["s4"]`, errHas: "invalid JSON"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			got, err := ipam.ParseSubnetAnnotation(tc.in)
-			if tc.errHas != "" {
-				require.ErrorIs(t, err, ipam.ErrInvalid)
-				require.ErrorContains(t, err, `annotation "ipam.spidernet.io/subnet"`)
-				require.ErrorContains(t, err, tc.errHas)
-				return
-			}
-			require.NoError(t, err)
-			if d := cmp.Diff(tc.want, got); d != "" {
-				t.Fatalf("(-want +got):\n%s", d)
-			}
+			checkAnnotationParse(t, ipam.AnnotationSubnet, tc.in, ipam.ParseSubnetAnnotation, tc.want, tc.errHas)
 		})
 	}
 }
@@ -1009,17 +1007,7 @@ func TestParseSubnetsAnnotation(t *testing.T) {
 		{in: `{"interface":"eth0","ipv4":["s1"]}`, errHas: "an object where array is wanted"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			got, err := ipam.ParseSubnetsAnnotation(tc.in)
-			if tc.errHas != "" {
-				require.ErrorIs(t, err, ipam.ErrInvalid)
-				require.ErrorContains(t, err, `annotation "ipam.spidernet.io/subnets"`)
-				require.ErrorContains(t, err, tc.errHas)
-				return
-			}
-			require.NoError(t, err)
-			if d := cmp.Diff(tc.want, got); d != "" {
-				t.Fatalf("(-want +got):\n%s", d)
-			}
+			checkAnnotationParse(t, ipam.AnnotationSubnets, tc.in, ipam.ParseSubnetsAnnotation, tc.want, tc.errHas)
 		})
 	}
 }
