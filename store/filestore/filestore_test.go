@@ -784,25 +784,33 @@ func TestClosed(t *testing.T) {
 	}
 }
 
+// benchStore opens a store of pool "net/0" (10.0.0.0/8) over a directory
+// holding n claim files, written as host-local writes them.
+func benchStore(b *testing.B, n int) *filestore.Store {
+	b.Helper()
+	dir := b.TempDir()
+	for i := range n {
+		ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		if err := os.WriteFile(filepath.Join(dir, ip.String()), []byte(fmt.Sprintf("ctr%d\r\neth0", i)), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pool := filestore.Pool{Name: "net/0", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	s, err := filestore.Open(dir, filestore.Options{Pools: []filestore.Pool{pool}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
 // BenchmarkCreate measures Create of a free address (and the Delete that frees
 // it again, so that the count stays put) in a directory already holding n
 // claims: the cost must not grow with n.
 func BenchmarkCreate(b *testing.B) {
 	for _, n := range []int{10, 4000, 60000} {
 		b.Run(fmt.Sprintf("claims=%d", n), func(b *testing.B) {
-			dir := b.TempDir()
-			pool := filestore.Pool{Name: "net/0", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
-			for i := range n {
-				ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
-				if err := os.WriteFile(filepath.Join(dir, ip.String()), []byte(fmt.Sprintf("ctr%d\r\neth0", i)), 0o600); err != nil {
-					b.Fatal(err)
-				}
-			}
-			s, err := filestore.Open(dir, filestore.Options{Pools: []filestore.Pool{pool}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			s := benchStore(b, n)
 			ctx := context.Background()
 			c := store.Claim{Pool: "net/0", IP: netip.MustParseAddr("10.255.0.1"),
 				Owner: store.Owner{ContainerID: "0123456789abcdef", Interface: "eth0"}, Time: time.Now()}
@@ -824,19 +832,7 @@ func BenchmarkCreate(b *testing.B) {
 func BenchmarkGet(b *testing.B) {
 	for _, n := range []int{10, 4000} {
 		b.Run(fmt.Sprintf("claims=%d", n), func(b *testing.B) {
-			dir := b.TempDir()
-			pool := filestore.Pool{Name: "net/0", Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
-			for i := range n {
-				ip := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
-				if err := os.WriteFile(filepath.Join(dir, ip.String()), []byte(fmt.Sprintf("ctr%d\r\neth0", i)), 0o600); err != nil {
-					b.Fatal(err)
-				}
-			}
-			s, err := filestore.Open(dir, filestore.Options{Pools: []filestore.Pool{pool}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
+			s := benchStore(b, n)
 			ctx := context.Background()
 			ip := netip.AddrFrom4([4]byte{10, 0, 0, 5})
 			b.ReportAllocs()
