@@ -57,10 +57,7 @@ func (r Range) MarshalJSON() ([]byte, error) {
 // apply defaults or check that they fit together; see Canonical.
 func (r *Range) UnmarshalJSON(data []byte) error {
 	var raw rawRange
-	if err := decodeJSON(data, &raw, ""); err != nil {
-		return err
-	}
-	if err := checkFieldCase(data, &raw, ""); err != nil {
+	if err := decodeSpec(data, &raw); err != nil {
 		return err
 	}
 	fe := &fieldErrors{}
@@ -338,10 +335,7 @@ func MustParsePool(s string) *Pool {
 // that relate fields to each other to Validate. Unknown fields are ignored.
 func (p *Pool) UnmarshalJSON(data []byte) error {
 	var raw rawPool
-	if err := decodeJSON(data, &raw, ""); err != nil {
-		return err
-	}
-	if err := checkFieldCase(data, &raw, ""); err != nil {
+	if err := decodeSpec(data, &raw); err != nil {
 		return err
 	}
 	fe := &fieldErrors{}
@@ -539,6 +533,15 @@ func formatIPRanges(rs []netipx.IPRange) []string {
 
 // decodeJSON unmarshals data into v, turning the json package's errors into
 // FieldErrors that name the field.
+// decodeSpec decodes a Kubernetes-style spec (a pool, a range, a reserved IP)
+// as decodeJSON does, and refuses field names in the wrong case.
+func decodeSpec(data []byte, v any) error {
+	if err := decodeJSON(data, v, ""); err != nil {
+		return err
+	}
+	return checkFieldCase(data, v, "")
+}
+
 // checkFieldCase reports the object keys of data that match a field of v's
 // type only when case is ignored, such as "NodeAffinity" for "nodeAffinity".
 // encoding/json would take them; the Kubernetes API server does not (it drops
@@ -1026,10 +1029,7 @@ type rawReservedIP struct {
 // with "name" optionally inside it, and validates it.
 func (r *ReservedIP) UnmarshalJSON(data []byte) error {
 	var raw rawReservedIP
-	if err := decodeJSON(data, &raw, ""); err != nil {
-		return err
-	}
-	if err := checkFieldCase(data, &raw, ""); err != nil {
+	if err := decodeSpec(data, &raw); err != nil {
 		return err
 	}
 	fe := &fieldErrors{}
