@@ -472,34 +472,51 @@ func (c *cluster) checkStatefulSet(at origin, s *appsv1.StatefulSet) {
 	}
 }
 
-// pool reads a SpiderIPPool: its spec as an ipam.Pool and its
-// status.allocatedIPs as existing claims.
-func (c *cluster) pool(at origin, data []byte) {
-	var obj struct {
-		Metadata struct {
-			Name              string          `json:"name"`
-			DeletionTimestamp json.RawMessage `json:"deletionTimestamp"`
-		} `json:"metadata"`
-		Spec   json.RawMessage `json:"spec"`
-		Status struct {
-			AllocatedIPs json.RawMessage `json:"allocatedIPs"`
-		} `json:"status"`
-	}
-	if err := json.Unmarshal(data, &obj); err != nil {
+// specObject is what a SpiderIPPool or SpiderReservedIP document holds
+// besides its spec's fields.
+type specObject struct {
+	Metadata struct {
+		Name              string          `json:"name"`
+		DeletionTimestamp json.RawMessage `json:"deletionTimestamp"`
+	} `json:"metadata"`
+	Spec   json.RawMessage `json:"spec"`
+	Status struct {
+		AllocatedIPs json.RawMessage `json:"allocatedIPs"`
+	} `json:"status"`
+}
+
+func (o *specObject) terminating() bool {
+	return len(o.Metadata.DeletionTimestamp) > 0 && string(o.Metadata.DeletionTimestamp) != "null"
+}
+
+// spec decodes a document with a spec, and its spec into into, reporting
+// what is wrong against at.
+func (c *cluster) spec(at origin, data []byte, into json.Unmarshaler) (*specObject, bool) {
+	obj := new(specObject)
+	if err := json.Unmarshal(data, obj); err != nil {
 		c.addError(at, "", jsonError(err))
-		return
+		return nil, false
 	}
 	if len(obj.Spec) == 0 || string(obj.Spec) == "null" {
 		c.addProblem(at, "spec: required")
-		return
+		return nil, false
 	}
-	p := new(ipam.Pool)
-	if err := p.UnmarshalJSON(obj.Spec); err != nil {
+	if err := into.UnmarshalJSON(obj.Spec); err != nil {
 		c.addError(at, "spec.", err)
+		return nil, false
+	}
+	return obj, true
+}
+
+// pool reads a SpiderIPPool: its spec as an ipam.Pool and its
+// status.allocatedIPs as existing claims.
+func (c *cluster) pool(at origin, data []byte) {
+	p := new(ipam.Pool)
+	obj, ok := c.spec(at, data, p)
+	if !ok {
 		return
 	}
-	p.Name = obj.Metadata.Name
-	p.Terminating = len(obj.Metadata.DeletionTimestamp) > 0 && string(obj.Metadata.DeletionTimestamp) != "null"
+	p.Name, p.Terminating = obj.Metadata.Name, obj.terminating()
 	if err := p.Validate(); err != nil {
 		c.addError(at, "spec.", err)
 		return
@@ -583,28 +600,12 @@ func compareIPStrings(a, b string) int {
 
 // reservedIP reads a SpiderReservedIP.
 func (c *cluster) reservedIP(at origin, data []byte) {
-	var obj struct {
-		Metadata struct {
-			Name              string          `json:"name"`
-			DeletionTimestamp json.RawMessage `json:"deletionTimestamp"`
-		} `json:"metadata"`
-		Spec json.RawMessage `json:"spec"`
-	}
-	if err := json.Unmarshal(data, &obj); err != nil {
-		c.addError(at, "", jsonError(err))
-		return
-	}
-	if len(obj.Spec) == 0 || string(obj.Spec) == "null" {
-		c.addProblem(at, "spec: required")
-		return
-	}
 	r := new(ipam.ReservedIP)
-	if err := r.UnmarshalJSON(obj.Spec); err != nil {
-		c.addError(at, "spec.", err)
+	obj, ok := c.spec(at, data, r)
+	if !ok {
 		return
 	}
-	r.Name = obj.Metadata.Name
-	r.Terminating = len(obj.Metadata.DeletionTimestamp) > 0 && string(obj.Metadata.DeletionTimestamp) != "null"
+	r.Name, r.Terminating = obj.Metadata.Name, obj.terminating()
 	c.reserved = append(c.reserved, &reservedObj{at: at, r: r})
 }
 
