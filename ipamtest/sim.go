@@ -887,13 +887,9 @@ func (s *Sim) restart() bool {
 	return true
 }
 
-func (s *Sim) recreate() bool {
-	p := s.pick(func(p *simPod) bool {
-		return p.w.sts && p.active() && p.phase == ipam.PodRunning && p.w.validMember(p.h.ord)
-	})
-	if p == nil {
-		return false
-	}
+// end removes pod p, which was deleted or terminated (verb), after its CNI
+// DEL, which is lost one time in four.
+func (s *Sim) end(p *simPod, ev Event, verb string) {
 	note := "DEL lost"
 	if s.rng.IntN(4) > 0 {
 		note = s.cniDel(p)
@@ -901,7 +897,17 @@ func (s *Sim) recreate() bool {
 		s.stats.LostDELs++
 	}
 	s.remove(p)
-	s.record(entry{ev: EventRecreate, pod: p, note: "deleted, " + note})
+	s.record(entry{ev: ev, pod: p, note: verb + ", " + note})
+}
+
+func (s *Sim) recreate() bool {
+	p := s.pick(func(p *simPod) bool {
+		return p.w.sts && p.active() && p.phase == ipam.PodRunning && p.w.validMember(p.h.ord)
+	})
+	if p == nil {
+		return false
+	}
+	s.end(p, EventRecreate, "deleted")
 	if s.err != nil {
 		return true
 	}
@@ -935,14 +941,7 @@ func (s *Sim) scale(by int) bool {
 	// on a NotReady node is terminating already.
 	if h := w.members[w.replicas]; h != nil && h.pod != nil && h.pod.active() {
 		p := h.pod
-		note := "DEL lost"
-		if s.rng.IntN(4) > 0 {
-			note = s.cniDel(p)
-		} else {
-			s.stats.LostDELs++
-		}
-		s.remove(p)
-		s.record(entry{ev: EventScaleDown, pod: p, note: "deleted, " + note})
+		s.end(p, EventScaleDown, "deleted")
 	}
 	return true
 }
@@ -989,14 +988,7 @@ func (s *Sim) nodeRecover() bool {
 		if p.node != n {
 			continue
 		}
-		note := "DEL lost"
-		if s.rng.IntN(4) > 0 {
-			note = s.cniDel(p)
-		} else {
-			s.stats.LostDELs++
-		}
-		s.remove(p)
-		s.record(entry{ev: EventNodeRecover, pod: p, note: "terminated, " + note})
+		s.end(p, EventNodeRecover, "terminated")
 		if s.err != nil {
 			return true
 		}
