@@ -104,7 +104,12 @@ func newBenchEnv(b *testing.B, bits int, fill float64) *benchEnv {
 }
 
 func benchAllocate(b *testing.B, bits int, fill float64) {
-	env := newBenchEnv(b, bits, fill)
+	newBenchEnv(b, bits, fill).run(b)
+}
+
+// run allocates the window's requests in turn, releasing them with the timer
+// stopped each time the window is used up.
+func (env *benchEnv) run(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -279,24 +284,5 @@ func benchSelect(b *testing.B, pools []*ipam.Pool, request func(k int) ipam.Requ
 	for k := range window {
 		env.reqs = append(env.reqs, request(k))
 	}
-	ctx := context.Background()
-	b.ReportAllocs()
-	k := 0
-	for b.Loop() {
-		res, err := alloc.Allocate(ctx, env.reqs[k])
-		if err != nil {
-			b.Fatal(err)
-		}
-		env.held[k] = res
-		k++
-		if k == window {
-			b.StopTimer()
-			env.releaseAll(b)
-			k = 0
-			b.StartTimer()
-		}
-	}
-	b.StopTimer()
-	env.held = env.held[:k]
-	env.releaseAll(b)
+	env.run(b)
 }
