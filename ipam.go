@@ -441,6 +441,9 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	} else if sreq != nil {
 		for _, c := range selected {
 			for _, name := range c.Pools {
+				if idx := a.indexFor(name); idx != nil && idx.def.Load() != nil {
+					continue // loaded: its owners are known; a new definition is picked up when it is tried
+				}
 				if _, err := a.index(ctx, name, now); err != nil && !errors.Is(err, ErrNotFound) {
 					return Result{}, &AllocationError{Interface: c.Interface, Family: c.Family, Pool: name, Err: err, Reason: err.Error()}
 				}
