@@ -228,8 +228,10 @@ func (e TraceEntry) String() string {
 // is not usable: call NewAllocator.
 type Allocator struct {
 	source  PoolSource
+	static  bool // source is a *Catalog, whose pools never change
 	store   store.Store
 	cursors store.Cursors
+	creator store.CursorCreator
 	log     *slog.Logger
 	resync  time.Duration
 	quarant time.Duration
@@ -340,6 +342,8 @@ func NewAllocator(opts Options) (*Allocator, error) {
 		a.store = memstore.New()
 	}
 	a.cursors, _ = a.store.(store.Cursors)
+	a.creator, _ = a.store.(store.CursorCreator)
+	_, a.static = a.source.(*Catalog)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -1054,7 +1058,7 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 			return netip.Addr{}, false, &AllocationError{Interface: iface, Pool: idx.name, Err: ErrExhausted,
 				Reason: "no free address in range set " + idx.describe()}
 		}
-		c, err := a.store.Create(ctx, store.Claim{Pool: idx.name, IP: ip, Owner: owner, Time: now})
+		c, err := a.create(ctx, store.Claim{Pool: idx.name, IP: ip, Owner: owner, Time: now})
 		switch {
 		case err == nil:
 			if !a.record(idx, c, slot) {
@@ -1070,11 +1074,6 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 				}
 				return h, true, nil
 			}
-			if a.cursors != nil {
-				if err := a.cursors.SetCursor(ctx, idx.name, ip); err != nil {
-					a.log.Warn("ipam: cannot record last reserved address", "pool", idx.name, "ip", ip, "err", err)
-				}
-			}
 			return ip, false, nil
 		case errors.Is(err, store.ErrExists):
 			// Our index was stale: the address stays marked used; try the next.
@@ -1088,6 +1087,22 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 			return netip.Addr{}, false, &AllocationError{Interface: iface, Pool: idx.name, IP: ip, Err: err, Reason: "store: " + err.Error()}
 		}
 	}
+}
+
+// create stores a new claim and moves its pool's cursor to it (host-local's
+// last_reserved_ip): in one call if the Store can, else in two, the second a
+// hint whose failure is only logged.
+func (a *Allocator) create(ctx context.Context, c store.Claim) (store.Claim, error) {
+	if a.creator != nil {
+		return a.creator.CreateAndSetCursor(ctx, c)
+	}
+	c, err := a.store.Create(ctx, c)
+	if err == nil && a.cursors != nil {
+		if err := a.cursors.SetCursor(ctx, c.Pool, c.IP); err != nil {
+			a.log.Warn("ipam: cannot record last reserved address", "pool", c.Pool, "ip", c.IP, "err", err)
+		}
+	}
+	return c, err
 }
 
 // rollback releases what this call claimed, logging what it cannot.
@@ -1227,6 +1242,12 @@ func (m *indexMap) add(name string) *poolIndex {
 // index returns the loaded index of the named pool, rebuilding its layout if
 // the PoolSource now returns a different definition.
 func (a *Allocator) index(ctx context.Context, name string, now time.Time) (*poolIndex, error) {
+	if a.static {
+		// A Catalog never changes: a loaded pool's definition is current.
+		if idx := a.indexFor(name); idx != nil && idx.def.Load() != nil {
+			return idx, nil
+		}
+	}
 	p, ok := a.source.Pool(name)
 	if !ok {
 		return nil, fmt.Errorf("pool %q: %w", name, ErrNotFound)
@@ -1295,7 +1316,9 @@ func (a *Allocator) load(ctx context.Context, idx *poolIndex, p *Pool, reserved 
 	if d == nil && cursor.IsValid() {
 		idx.cursor, idx.nextLay = cursor, nil
 	}
-	a.registerOwners(idx, claims)
+	// A first load has no entries of idx to replace: only add, so that
+	// loading many pools one by one does not walk every owner each time.
+	a.registerOwners(idx, claims, d != nil)
 	return nil
 }
 
@@ -1322,15 +1345,29 @@ func (a *Allocator) reload(ctx context.Context, idx *poolIndex, now time.Time) e
 		return err
 	}
 	idx.rebuild(idx.def.Load(), claims, now)
-	a.registerOwners(idx, claims)
+	a.registerOwners(idx, claims, true)
 	return nil
 }
 
 // registerOwners replaces the owner index entries of idx with those of claims.
-// It walks every owner, so it is for loads and reloads, not for each claim.
-func (a *Allocator) registerOwners(idx *poolIndex, claims []store.Claim) {
+// With replace it walks every owner, so it is for reloads, not for each claim;
+// without, idx must have no entries yet (its first load).
+func (a *Allocator) registerOwners(idx *poolIndex, claims []store.Claim, replace bool) {
 	a.omu.Lock()
 	defer a.omu.Unlock()
+	if replace {
+		a.dropPoolLocked(idx)
+	}
+	for _, c := range claims {
+		id := identity(c.Owner)
+		hs := a.owners[id]
+		hs.add(holding{pool: idx, ip: c.IP, iface: c.Owner.Interface})
+		a.owners[id] = hs
+	}
+}
+
+// dropPoolLocked removes every owner index entry of idx. Called with omu held.
+func (a *Allocator) dropPoolLocked(idx *poolIndex) {
 	for id, hs := range a.owners {
 		changed := false
 		for i := 0; i < hs.n; {
@@ -1347,12 +1384,6 @@ func (a *Allocator) registerOwners(idx *poolIndex, claims []store.Claim) {
 		case changed:
 			a.owners[id] = hs
 		}
-	}
-	for _, c := range claims {
-		id := identity(c.Owner)
-		hs := a.owners[id]
-		hs.add(holding{pool: idx, ip: c.IP, iface: c.Owner.Interface})
-		a.owners[id] = hs
 	}
 }
 

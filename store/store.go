@@ -13,7 +13,8 @@
 // should pass the conformance suite in package storetest.
 //
 // Optional capabilities are separate interfaces found by type assertion, as in
-// io/fs: Cursors (a per-pool "last reserved address" hint).
+// io/fs: Cursors (a per-pool "last reserved address" hint) and CursorCreator
+// (a Create that moves that hint in the same call).
 package store
 
 import (
@@ -134,6 +135,20 @@ type Cursors interface {
 	Cursor(ctx context.Context, pool string) (netip.Addr, error)
 	// SetCursor records ip as the last address reserved in pool.
 	SetCursor(ctx context.Context, pool string, ip netip.Addr) error
+}
+
+// CursorCreator is an optional capability of a Store that has Cursors: one
+// call that creates a claim and, only if that succeeds, records its address as
+// the pool's cursor, as host-local's Reserve writes an address's file and
+// last_reserved_ip together. It has Create's semantics in every other respect.
+// An allocator that finds it makes one Store call per new address instead of
+// two.
+type CursorCreator interface {
+	Cursors
+	// CreateAndSetCursor is Create followed, if Create succeeded, by
+	// SetCursor(c.Pool, c.IP), done as one operation. A failure to record the
+	// cursor after the claim was created is not an error: the cursor is a hint.
+	CreateAndSetCursor(ctx context.Context, c Claim) (Claim, error)
 }
 
 // Validate reports whether c is fit to be stored: a pool name, a valid address
