@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -239,7 +240,7 @@ type Allocator struct {
 	pools indexMap
 
 	omu       sync.Mutex
-	owners    map[ownerID]holdings
+	owners    ownerIndex
 	allLoaded bool
 }
 
@@ -266,6 +267,42 @@ func identity(o store.Owner) ownerID {
 		return ownerID{byUID, o.UID}
 	}
 	return ownerID{byContainer, o.ContainerID}
+}
+
+// ownerIndex maps owner identities to what they hold. It keeps one map per
+// kind of identity, keyed by the identity's string, so that lookups take the
+// runtime's fast path for string keys.
+type ownerIndex struct {
+	byKind [byName + 1]map[string]holdings
+}
+
+func (x *ownerIndex) get(id ownerID) (holdings, bool) {
+	hs, ok := x.byKind[id.kind][id.id]
+	return hs, ok
+}
+
+func (x *ownerIndex) put(id ownerID, hs holdings) {
+	m := x.byKind[id.kind]
+	if m == nil {
+		m = make(map[string]holdings)
+		x.byKind[id.kind] = m
+	}
+	m[id.id] = hs
+}
+
+func (x *ownerIndex) del(id ownerID) { delete(x.byKind[id.kind], id.id) }
+
+// all yields every owner and its holdings; the index may be changed meanwhile.
+func (x *ownerIndex) all() iter.Seq2[ownerID, holdings] {
+	return func(yield func(ownerID, holdings) bool) {
+		for k, m := range x.byKind {
+			for id, hs := range m {
+				if !yield(ownerID{idKind(k), id}, hs) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // holding is one address an owner holds.
@@ -336,7 +373,6 @@ func NewAllocator(opts Options) (*Allocator, error) {
 		log:     opts.Logger,
 		resync:  opts.ResyncInterval,
 		quarant: opts.Quarantine,
-		owners:  make(map[ownerID]holdings),
 	}
 	if a.store == nil {
 		a.store = memstore.New()
@@ -991,7 +1027,7 @@ func placeRequested(ifc Interface, tasks []task) error {
 func (a *Allocator) held(id ownerID, iface string, idx *poolIndex) (netip.Addr, bool) {
 	a.omu.Lock()
 	defer a.omu.Unlock()
-	hs, ok := a.owners[id]
+	hs, ok := a.owners.get(id)
 	if !ok {
 		return netip.Addr{}, false
 	}
@@ -1148,7 +1184,7 @@ func (a *Allocator) addHolding(idx *poolIndex, c store.Claim) bool {
 	id := identity(c.Owner)
 	a.omu.Lock()
 	defer a.omu.Unlock()
-	hs := a.owners[id]
+	hs, _ := a.owners.get(id)
 	for i := range hs.n {
 		h := hs.at(i)
 		if h.pool == idx && h.ip == c.IP {
@@ -1159,7 +1195,7 @@ func (a *Allocator) addHolding(idx *poolIndex, c store.Claim) bool {
 		}
 	}
 	hs.add(holding{pool: idx, ip: c.IP, iface: c.Owner.Interface})
-	a.owners[id] = hs
+	a.owners.put(id, hs)
 	return true
 }
 
@@ -1170,7 +1206,7 @@ func (a *Allocator) dropHolding(id ownerID, idx *poolIndex, ip netip.Addr) {
 }
 
 func (a *Allocator) dropHoldingLocked(id ownerID, idx *poolIndex, ip netip.Addr) {
-	hs, ok := a.owners[id]
+	hs, ok := a.owners.get(id)
 	if !ok {
 		return
 	}
@@ -1181,9 +1217,9 @@ func (a *Allocator) dropHoldingLocked(id ownerID, idx *poolIndex, ip netip.Addr)
 		}
 	}
 	if hs.n == 0 {
-		delete(a.owners, id)
+		a.owners.del(id)
 	} else {
-		a.owners[id] = hs
+		a.owners.put(id, hs)
 	}
 }
 
@@ -1360,15 +1396,15 @@ func (a *Allocator) registerOwners(idx *poolIndex, claims []store.Claim, replace
 	}
 	for _, c := range claims {
 		id := identity(c.Owner)
-		hs := a.owners[id]
+		hs, _ := a.owners.get(id)
 		hs.add(holding{pool: idx, ip: c.IP, iface: c.Owner.Interface})
-		a.owners[id] = hs
+		a.owners.put(id, hs)
 	}
 }
 
 // dropPoolLocked removes every owner index entry of idx. Called with omu held.
 func (a *Allocator) dropPoolLocked(idx *poolIndex) {
-	for id, hs := range a.owners {
+	for id, hs := range a.owners.all() {
 		changed := false
 		for i := 0; i < hs.n; {
 			if hs.at(i).pool == idx {
@@ -1380,9 +1416,9 @@ func (a *Allocator) dropPoolLocked(idx *poolIndex) {
 		}
 		switch {
 		case hs.n == 0:
-			delete(a.owners, id)
+			a.owners.del(id)
 		case changed:
-			a.owners[id] = hs
+			a.owners.put(id, hs)
 		}
 	}
 }
@@ -1479,7 +1515,7 @@ type ownerFilter struct {
 func (a *Allocator) lookup(id ownerID, iface string, out []holding) []holding {
 	a.omu.Lock()
 	defer a.omu.Unlock()
-	hs := a.owners[id]
+	hs, _ := a.owners.get(id)
 	for i := range hs.n {
 		if h := hs.at(i); iface == "" || h.iface == iface {
 			out = append(out, h)
