@@ -40,7 +40,17 @@ func (s *concCountingStore) Create(ctx context.Context, c store.Claim) (store.Cl
 	return got, err
 }
 
-var _ store.Cursors = (*concCountingStore)(nil)
+// CreateAndSetCursor counts as Create does: the embedded memstore's would
+// bypass the count.
+func (s *concCountingStore) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
+	got, err := s.Create(ctx, c)
+	if err == nil {
+		err = s.SetCursor(ctx, c.Pool, c.IP)
+	}
+	return got, err
+}
+
+var _ store.CursorCreator = (*concCountingStore)(nil)
 
 func concAllocator(t testing.TB, pools ipam.PoolSource, st store.Store, resync time.Duration) *ipam.Allocator {
 	t.Helper()

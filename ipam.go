@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	"go4.org/netipx"
 
+	"github.com/ipamkit/ipam/internal/readmap"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"
 )
@@ -237,7 +237,7 @@ type Allocator struct {
 	resync  time.Duration
 	quarant time.Duration
 
-	pools indexMap
+	pools readmap.Map[*poolIndex]
 
 	omu       sync.Mutex
 	owners    ownerIndex
@@ -1223,55 +1223,8 @@ func (a *Allocator) dropHoldingLocked(id ownerID, idx *poolIndex, ip netip.Addr)
 	}
 }
 
-func (a *Allocator) indexFor(name string) *poolIndex { return a.pools.get(name) }
-
-// indexMap maps pool names to indexes. Most lookups read an immutable map
-// without a lock; new entries go to a small locked overlay, merged into a new
-// immutable map once it holds a quarter as many, so each entry is copied O(1)
-// times on average however many pools are added one by one.
-type indexMap struct {
-	read  atomic.Pointer[map[string]*poolIndex]
-	mu    sync.Mutex
-	dirty map[string]*poolIndex // entries not yet in read
-}
-
-func (m *indexMap) get(name string) *poolIndex {
-	if r := m.read.Load(); r != nil {
-		if idx, ok := (*r)[name]; ok {
-			return idx
-		}
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.dirty[name]
-}
-
-// add returns the index of the named pool, adding an empty one if none.
-func (m *indexMap) add(name string) *poolIndex {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var read map[string]*poolIndex
-	if r := m.read.Load(); r != nil {
-		read = *r
-	}
-	if idx := read[name]; idx != nil {
-		return idx
-	}
-	if idx := m.dirty[name]; idx != nil {
-		return idx
-	}
-	idx := &poolIndex{name: name}
-	if m.dirty == nil {
-		m.dirty = make(map[string]*poolIndex)
-	}
-	m.dirty[name] = idx
-	if len(m.dirty) >= len(read)/4+1 {
-		merged := make(map[string]*poolIndex, len(read)+len(m.dirty))
-		maps.Copy(merged, read)
-		maps.Copy(merged, m.dirty)
-		m.read.Store(&merged)
-		clear(m.dirty)
-	}
+func (a *Allocator) indexFor(name string) *poolIndex {
+	idx, _ := a.pools.Get(name)
 	return idx
 }
 
@@ -1290,7 +1243,7 @@ func (a *Allocator) index(ctx context.Context, name string, now time.Time) (*poo
 	}
 	idx := a.indexFor(name)
 	if idx == nil {
-		idx = a.pools.add(name)
+		idx = a.pools.GetOrAdd(name, newPoolIndex)
 	}
 	var reserved *netipx.IPSet
 	if rs, ok := a.source.(ReservedSource); ok {
@@ -1706,6 +1659,8 @@ type poolIndex struct {
 	nextLay    *layout // the layout next is an ordinal of; nil: work it out
 	lastSync   time.Time
 }
+
+func newPoolIndex(name string) *poolIndex { return &poolIndex{name: name} }
 
 // poolDef is a pool definition and the layout built from it. Immutable.
 type poolDef struct {

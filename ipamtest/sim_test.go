@@ -147,6 +147,16 @@ func (f forgetfulStore) Create(ctx context.Context, c store.Claim) (store.Claim,
 	return f.Store.Create(ctx, c)
 }
 
+// CreateAndSetCursor overwrites as Create does: the embedded memstore's
+// would refuse.
+func (f forgetfulStore) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
+	c, err := f.Create(ctx, c)
+	if err == nil {
+		err = f.SetCursor(ctx, c.Pool, c.IP)
+	}
+	return c, err
+}
+
 // lyingStore is a broken Store whose Delete reports success and deletes
 // nothing.
 type lyingStore struct{ *memstore.Store }

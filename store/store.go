@@ -143,6 +143,10 @@ type Cursors interface {
 // last_reserved_ip together. It has Create's semantics in every other respect.
 // An allocator that finds it makes one Store call per new address instead of
 // two.
+//
+// As with io/fs's optional interfaces, a wrapper that embeds a Store with this
+// capability and overrides Create must override CreateAndSetCursor too (or not
+// embed it), or callers that find the capability bypass its Create.
 type CursorCreator interface {
 	Cursors
 	// CreateAndSetCursor is Create followed, if Create succeeded, by

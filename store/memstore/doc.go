@@ -1,5 +1,5 @@
-// Package memstore is the default store.Store: claims held in memory, in maps
-// behind one lock.
+// Package memstore is the default store.Store: claims held in memory, each pool's
+// behind a lock of its own.
 //
 // A Store is safe for concurrent use by multiple goroutines. Its data lives only as
 // long as the process: nothing is written to disk, and a restarted process starts
@@ -16,5 +16,37 @@
 // reused, not even for a claim deleted and created again, so a stale Delete or
 // Update can never touch the new holder's claim.
 //
-// A Store also implements store.Cursors.
+// A Store also implements store.Cursors and store.CursorCreator: its
+// CreateAndSetCursor creates a claim and moves the pool's cursor under one
+// acquisition of the pool's lock.
+//
+// # Cost
+//
+// A pool keeps its claims in blocks of 64 consecutive addresses, so an allocator
+// that claims addresses in order, as a round-robin through a range does, finds
+// the claim or the free slot it wants in a block it used a moment ago: Create,
+// Get and Delete cost about the same with a million claims in the pool as with a
+// hundred. Addresses in no order cost one hash-map lookup each, as they would in
+// a plain map. Finding a pool by name takes no lock.
+//
+// A claim costs its record, about 120 bytes on a 64-bit platform (plus its
+// owner's strings, which are the caller's), and the share of its block, which is
+// small when the block is full: about 130 bytes a claim for consecutive
+// addresses, about 340 for a claim alone in its block, as a scattered IPv6
+// address is. Memory grows with the number of claims, never with the span of
+// addresses they are scattered over, and is not given back: the blocks that
+// Deletes empty are kept, with the room they had grown, and reused for later
+// claims of the same pool. Pools are never removed; adding one copies the set of
+// pools, which is cheap for the tens or hundreds of pools a deployment has.
+//
+// Create allocates only to add a pool, to add a block when the pool has no
+// emptied one to reuse, to grow a block's records (by doubling) and to
+// grow the pool's map of blocks. A pool that is drained and refilled, or an
+// allocator claiming and releasing addresses at a steady rate, does not allocate.
+// Get, Update and Delete do not allocate, except for the error they return.
+//
+// Addresses with an IPv6 zone (fe80::1%eth0), which no pool's prefix contains,
+// are stored too, apart from the others, one hash-map entry and one allocated
+// record each, and are distinct from the same address without a zone or with
+// another.
 package memstore

@@ -110,3 +110,28 @@ func ExampleStore_SetCursor() {
 	// 10.0.0.7
 	// 10.0.0.7
 }
+
+// CreateAndSetCursor claims an address and moves the pool's cursor to it in one
+// call; when the claim fails, the cursor stays where it was.
+func ExampleStore_CreateAndSetCursor() {
+	ctx := context.Background()
+	s := memstore.New()
+	abc := store.Owner{ContainerID: "abc"}
+
+	c, err := s.CreateAndSetCursor(ctx, store.Claim{Pool: "blue", IP: netip.MustParseAddr("10.0.0.7"), Owner: abc})
+	fmt.Println(c.Key(), err)
+	ip, _ := s.Cursor(ctx, "blue")
+	fmt.Println(ip)
+
+	taken := store.Claim{Pool: "blue", IP: netip.MustParseAddr("10.0.0.9"), Owner: store.Owner{ContainerID: "def"}}
+	_, _ = s.Create(ctx, taken)
+	_, err = s.CreateAndSetCursor(ctx, store.Claim{Pool: "blue", IP: taken.IP, Owner: abc})
+	fmt.Println(errors.Is(err, store.ErrExists))
+	ip, _ = s.Cursor(ctx, "blue")
+	fmt.Println(ip)
+	// Output:
+	// blue/10.0.0.7 <nil>
+	// 10.0.0.7
+	// true
+	// 10.0.0.7
+}

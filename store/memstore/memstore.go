@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
 	"sync/atomic"
-	"time"
 
+	"github.com/ipamkit/ipam/internal/readmap"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -16,13 +15,15 @@ import (
 // address that is not valid (the zero netip.Addr).
 var errInvalidIP = errors.New("ip is not a valid address")
 
-// Compile-time checks that *Store provides the contract and its capability.
+// Compile-time checks that *Store provides the contract and its capabilities.
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Cursors = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.Cursors       = (*Store)(nil)
+	_ store.CursorCreator = (*Store)(nil)
 )
 
-// Store is an in-memory store.Store that also implements store.Cursors.
+// Store is an in-memory store.Store that also implements store.Cursors and
+// store.CursorCreator.
 //
 // The zero Store is not usable; create one with New, or with Open from another.
 // A *Store is safe for concurrent use by multiple goroutines.
@@ -30,72 +31,38 @@ type Store struct {
 	b *backend
 }
 
-// backend is the data that Stores opened from one New share. Its lock guards
-// only the set of pools; each pool has its own lock, so writes to different
-// pools do not wait for each other.
+// backend is the data that Stores opened from one New share. Each pool has its
+// own lock, so writes to different pools do not wait for each other, and finding
+// a known pool takes no lock at all (see readmap): pools are never removed.
 type backend struct {
-	mu    sync.RWMutex
-	pools map[string]*poolClaims
+	pools readmap.Map[*poolClaims]
 	rev   atomic.Int64 // last revision handed out; 0 before the first write
-}
-
-// poolClaims holds the claims and the cursor of one pool, keyed by address.
-// Pools are never removed once created, so that the map keeps its capacity and
-// a pool that is drained and refilled does not allocate again.
-type poolClaims struct {
-	name   string
-	mu     sync.Mutex
-	claims map[netip.Addr]record
-	cursor netip.Addr
-}
-
-// record is a stored claim without its pool and address, which are its keys.
-// Leaving them out keeps a record at 112 bytes: a Go map stores values of more
-// than 128 bytes (as a whole store.Claim is) out of line, one allocation each,
-// and a record is stored inline.
-type record struct {
-	owner store.Owner
-	time  time.Time
-	rev   int64
-}
-
-// claim returns the claim that r records for ip in p.
-func (p *poolClaims) claim(ip netip.Addr, r record) store.Claim {
-	return store.Claim{Pool: p.name, IP: ip, Owner: r.owner, Time: r.time, Revision: r.rev}
-}
-
-// pool returns the named pool, or nil if it has never been written.
-func (b *backend) pool(name string) *poolClaims {
-	b.mu.RLock()
-	p := b.pools[name]
-	b.mu.RUnlock()
-	return p
-}
-
-// poolForWrite returns the named pool, adding it if it is new.
-func (b *backend) poolForWrite(name string) *poolClaims {
-	if p := b.pool(name); p != nil {
-		return p
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	p := b.pools[name]
-	if p == nil {
-		p = &poolClaims{name: name, claims: make(map[netip.Addr]record)}
-		b.pools[name] = p
-	}
-	return p
 }
 
 // New returns an empty Store on a fresh backend of its own.
 func New() *Store {
-	return &Store{b: &backend{pools: make(map[string]*poolClaims)}}
+	return &Store{b: &backend{}}
 }
 
 // Open returns a new, separate Store on the same backend as s: claims, cursors
 // and revisions written through either are seen by both.
 func (s *Store) Open() *Store {
 	return &Store{b: s.b}
+}
+
+// pool returns the named pool, or nil if it has never been written.
+func (b *backend) pool(name string) *poolClaims {
+	p, _ := b.pools.Get(name)
+	return p
+}
+
+// poolForWrite returns the named pool, adding it if it is new.
+func (b *backend) poolForWrite(name string) *poolClaims {
+	return b.pools.GetOrAdd(name, newPoolClaims)
+}
+
+func newPoolClaims(name string) *poolClaims {
+	return &poolClaims{name: name, blocks: make(map[blockKey]*block)}
 }
 
 // Get returns the claim for ip in pool, or an error wrapping store.ErrNotFound.
@@ -109,10 +76,14 @@ func (s *Store) Get(ctx context.Context, pool string, ip netip.Addr) (store.Clai
 	}
 	if p := s.b.pool(pool); p != nil {
 		p.mu.Lock()
-		r, ok := p.claims[ip]
+		r := p.get(ip)
+		var c store.Claim
+		if r != nil {
+			c = p.claim(ip, r)
+		}
 		p.mu.Unlock()
-		if ok {
-			return p.claim(ip, r), nil
+		if r != nil {
+			return c, nil
 		}
 	}
 	return store.Claim{}, fmt.Errorf("memstore: get %s/%s: %w", pool, ip, store.ErrNotFound)
@@ -131,11 +102,7 @@ func (s *Store) List(ctx context.Context, pool string) ([]store.Claim, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]store.Claim, 0, len(p.claims))
-	for ip, r := range p.claims {
-		out = append(out, p.claim(ip, r))
-	}
-	return out, nil
+	return p.list(), nil
 }
 
 // Create stores c if no claim exists for (c.Pool, c.IP) and returns it with its
@@ -143,8 +110,25 @@ func (s *Store) List(ctx context.Context, pool string) ([]store.Claim, error) {
 // store.ErrExists if the address is already claimed, and the error of
 // c.Validate, wrapped, if c is not a valid claim.
 //
-// Create does not allocate, except to grow a pool's map or to add a pool.
+// Create allocates only to add a pool, to add a block of 64 addresses when the
+// pool has no emptied block to reuse, to grow a block or the pool's map of
+// blocks, and for the record of an address with a zone; see the package
+// documentation.
 func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
+	return s.create(ctx, c, false)
+}
+
+// CreateAndSetCursor is Create followed, if Create succeeded, by
+// SetCursor(c.Pool, c.IP), under one acquisition of the pool's lock: no reader
+// sees the claim without the cursor, and a failed Create leaves the cursor as it
+// was.
+func (s *Store) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
+	return s.create(ctx, c, true)
+}
+
+// create is Create, and with cursor also sets the pool's cursor to c.IP if it
+// succeeds.
+func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, err)
 	}
@@ -153,12 +137,16 @@ func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) 
 	}
 	p := s.b.poolForWrite(c.Pool)
 	p.mu.Lock()
-	if _, ok := p.claims[c.IP]; ok {
+	r := p.add(c.IP)
+	if r == nil {
 		p.mu.Unlock()
 		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, store.ErrExists)
 	}
 	c.Revision = s.b.rev.Add(1)
-	p.claims[c.IP] = record{owner: c.Owner, time: c.Time, rev: c.Revision}
+	*r = record{owner: c.Owner, time: c.Time, rev: c.Revision}
+	if cursor {
+		p.cursor = c.IP
+	}
 	p.mu.Unlock()
 	return c, nil
 }
@@ -181,16 +169,16 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cur, ok := p.claims[c.IP]
-	if !ok {
+	r := p.get(c.IP)
+	if r == nil {
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, store.ErrNotFound)
 	}
-	if cur.rev != rev {
+	if r.rev != rev {
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s at revision %d (current %d): %w",
-			c.Pool, c.IP, rev, cur.rev, store.ErrConflict)
+			c.Pool, c.IP, rev, r.rev, store.ErrConflict)
 	}
 	c.Revision = s.b.rev.Add(1)
-	p.claims[c.IP] = record{owner: c.Owner, time: c.Time, rev: c.Revision}
+	*r = record{owner: c.Owner, time: c.Time, rev: c.Revision}
 	return c, nil
 }
 
@@ -210,21 +198,21 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cur, ok := p.claims[ip]
-	if !ok {
+	r := p.get(ip)
+	if r == nil {
 		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, store.ErrNotFound)
 	}
-	if cur.rev != rev {
+	if r.rev != rev {
 		return fmt.Errorf("memstore: delete %s/%s at revision %d (current %d): %w",
-			pool, ip, rev, cur.rev, store.ErrConflict)
+			pool, ip, rev, r.rev, store.ErrConflict)
 	}
 	s.b.rev.Add(1)
-	delete(p.claims, ip)
+	p.remove(ip)
 	return nil
 }
 
-// Cursor returns the last address recorded for pool with SetCursor, or the zero
-// Addr if there is none.
+// Cursor returns the last address recorded for pool with SetCursor or
+// CreateAndSetCursor, or the zero Addr if there is none.
 func (s *Store) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
 	if err := ctx.Err(); err != nil {
 		return netip.Addr{}, fmt.Errorf("memstore: cursor %s: %w", pool, err)

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"runtime"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,6 +52,8 @@ func TestErrors(t *testing.T) {
 
 	_, err := s.Create(ctx, c)
 	wantErr(t, err, context.Canceled, "memstore: create blue/10.0.0.1: context canceled")
+	_, err = s.CreateAndSetCursor(ctx, c)
+	wantErr(t, err, context.Canceled, "memstore: create blue/10.0.0.1: context canceled")
 	_, err = s.Get(ctx, "blue", ip)
 	wantErr(t, err, context.Canceled, "memstore: get blue/10.0.0.1: context canceled")
 	_, err = s.List(ctx, "blue")
@@ -71,6 +73,8 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.Create(ctx, c)
+	wantErr(t, err, store.ErrExists, "memstore: create blue/10.0.0.1: address already claimed")
+	_, err = s.CreateAndSetCursor(ctx, c)
 	wantErr(t, err, store.ErrExists, "memstore: create blue/10.0.0.1: address already claimed")
 	_, err = s.Update(ctx, c, held.Revision+1)
 	wantErr(t, err, store.ErrConflict, "memstore: update blue/10.0.0.1 at revision 2 (current 1): revision conflict")
@@ -152,11 +156,12 @@ func addrs(n int) []netip.Addr {
 }
 
 // TestAllocs pins the hot path at zero allocations per call: Create into a pool
-// whose map has grown before (filled and drained), Get, Delete, and the
-// allocator's Create/Delete cycle on one address. AllocsPerRun reports the
-// average rounded down, so what is pinned is that nothing is allocated per call;
-// the map's own growth, and the rehash Go maps do now and then after deletes,
-// are amortised and not pinned.
+// that has held as many claims before (filled and drained, so that its emptied
+// blocks are there to be reused), Get, Delete, and the allocator's Create/Delete
+// cycle on one address, with Create and with CreateAndSetCursor. AllocsPerRun
+// reports the average rounded down, so what is pinned is that nothing is
+// allocated per call; the growth of the map of blocks, and the rehash Go maps do
+// now and then after deletes, are amortised and not pinned.
 func TestAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("AllocsPerRun is slow in -short mode")
@@ -233,101 +238,61 @@ func TestAllocs(t *testing.T) {
 	if cycleAllocs != 0 {
 		t.Errorf("Create+Delete cycle: %v allocs, want 0", cycleAllocs)
 	}
-}
-
-// BenchmarkCreate measures Create of a free address into a pool of up to 1<<16
-// claims whose map has already grown: the pool is filled and emptied before the
-// timer starts, and emptied again, with the timer stopped, whenever it is full.
-// That is the steady state of an allocator churning its addresses. The few B/op
-// left are the rehashes Go maps do now and then as deletes leave tombstones,
-// amortised; allocs/op is 0.
-func BenchmarkCreate(b *testing.B) {
-	ctx := context.Background()
-	s := memstore.New()
-	claims := make([]store.Claim, 1<<16)
-	for i, ip := range addrs(len(claims)) {
-		claims[i] = testClaim(ip)
-	}
-	held := make([]store.Claim, len(claims))
-	fill := func() {
-		for i, c := range claims {
-			var err error
-			if held[i], err = s.Create(ctx, c); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	drain := func() {
-		for _, c := range held {
-			if err := s.Delete(ctx, c.Pool, c.IP, c.Revision); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	// A map refilled after deletes grows once more, to make room past its
-	// tombstones.
-	for range 2 {
-		fill()
-		drain()
-	}
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		if i == len(claims) {
-			b.StopTimer()
-			drain()
-			i = 0
-			b.StartTimer()
-		}
-		var err error
-		if held[i], err = s.Create(ctx, claims[i]); err != nil {
-			b.Fatal(err)
-		}
-		i++
-	}
-}
-
-// BenchmarkCreateDelete measures the allocator's cycle on one address: claim it,
-// release it.
-func BenchmarkCreateDelete(b *testing.B) {
-	ctx := context.Background()
-	s := memstore.New()
-	c := testClaim(netip.MustParseAddr("10.0.0.1"))
-	b.ReportAllocs()
-	for b.Loop() {
-		got, err := s.Create(ctx, c)
+	cursorAllocs := testing.AllocsPerRun(1000, func() {
+		got, err := s.CreateAndSetCursor(ctx, c)
 		if err != nil {
-			b.Fatal(err)
+			t.Fatal(err)
 		}
 		if err := s.Delete(ctx, got.Pool, got.IP, got.Revision); err != nil {
-			b.Fatal(err)
+			t.Fatal(err)
 		}
+	})
+	if cursorAllocs != 0 {
+		t.Errorf("CreateAndSetCursor+Delete cycle: %v allocs, want 0", cursorAllocs)
 	}
 }
 
-// BenchmarkCreateParallel measures Create under contention: goroutines claim
-// addresses from one pool, each releasing its own again.
-func BenchmarkCreateParallel(b *testing.B) {
-	ctx := context.Background()
-	s := memstore.New()
-	claims := make([]store.Claim, 1<<12)
-	for i, ip := range addrs(len(claims)) {
-		claims[i] = testClaim(ip)
+// TestMemory checks that claims cost memory for themselves, not for the span of
+// addresses they are scattered over: a claim costs about its record, 120 bytes,
+// whether it is one of a run of consecutive addresses or alone in its /64.
+func TestMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures the heap")
 	}
-	var next atomic.Int64
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		c := claims[int(next.Add(1)-1)%len(claims)]
-		for pb.Next() {
-			got, err := s.Create(ctx, c)
-			if err != nil {
-				b.Error(err)
-				return
+	const n = 1 << 14
+	for _, tc := range []struct {
+		name string
+		ip   func(i int) netip.Addr
+		max  uint64 // bytes per claim
+	}{
+		{"consecutive IPv4", func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}) }, 200},
+		{"scattered IPv6", func(i int) netip.Addr {
+			return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 6: byte(i >> 8), 7: byte(i), 15: 1})
+		}, 512},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ips := make([]netip.Addr, n)
+			for i := range ips {
+				ips[i] = tc.ip(i)
 			}
-			if err := s.Delete(ctx, got.Pool, got.IP, got.Revision); err != nil {
-				b.Error(err)
-				return
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			s := memstore.New()
+			for _, ip := range ips {
+				if _, err := s.Create(t.Context(), testClaim(ip)); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-	})
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			runtime.KeepAlive(s)
+			runtime.KeepAlive(ips)
+			per := (after.HeapAlloc - before.HeapAlloc) / n
+			t.Logf("%d bytes per claim", per)
+			if per > tc.max {
+				t.Errorf("%d bytes per claim, want at most %d", per, tc.max)
+			}
+		})
+	}
 }

@@ -82,6 +82,19 @@
 //   - Cursors: only if the Store implements store.Cursors (else the subtest is
 //     skipped): an unset cursor is the zero Addr; a set cursor is returned, per
 //     pool, and seen through a newly opened instance.
+//   - CreateAndSetCursor: only if the Store implements store.CursorCreator (else
+//     the subtest is skipped): it creates a claim as Create does (a positive
+//     revision; the claim seen by Get and List through a newly opened instance,
+//     where a Create of it fails with store.ErrExists), and moves the cursor of
+//     the claim's pool, only that pool's, to the claim's address, as seen
+//     through the new instance. It fails with store.ErrExists for an address
+//     claimed by itself or by Create, and with an error for an invalid claim
+//     or an already canceled context; every such failure leaves the claims
+//     and the cursor as they were. A cursor set by SetCursor is moved by it,
+//     and the reverse. In a race like CreateRaceInstances, in another pool,
+//     with every other goroutine calling it instead of Create, each address
+//     still has exactly one winner, and the cursor ends at an address it
+//     created (or unset if it created none).
 //
 // Times are compared with a tolerance of one second, so that a store which keeps
 // claim times only to the second passes; the claims use a fixed time in 2024 with

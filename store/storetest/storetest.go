@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -55,6 +56,7 @@ var checks = []struct {
 	{"CanceledContext", testCanceledContext},
 	{"InvalidClaim", testInvalidClaim},
 	{"Cursors", testCursors},
+	{"CreateAndSetCursor", testCreateAndSetCursor},
 }
 
 // claimTime is the time of the suite's claims: fixed, far from now (so a store
@@ -382,18 +384,21 @@ const (
 
 func testCreateRace(t *testing.T, open Opener) {
 	s := open()
-	raceCreate(t, []store.Store{s}, s)
+	raceCreate(t, []store.Store{s}, s, "blue", false)
 }
 
 func testCreateRaceInstances(t *testing.T, open Opener) {
-	raceCreate(t, []store.Store{open(), open()}, open())
+	raceCreate(t, []store.Store{open(), open()}, open(), "blue", false)
 }
 
 // raceCreate has raceGoroutines goroutines, spread over stores, Create the same
-// raceAddrs addresses, each as a different owner, and checks that every address
-// has exactly one winner, that every loser got store.ErrExists, and that List
-// through check agrees with the winners.
-func raceCreate(t *testing.T, stores []store.Store, check store.Store) {
+// raceAddrs addresses in pool, each as a different owner, and checks that every
+// address has exactly one winner, that every loser got store.ErrExists, and that
+// List through check agrees with the winners. With cursors, every other
+// goroutine calls CreateAndSetCursor instead, and the pool's cursor is then
+// checked to be an address that one of those created, or unset if they created
+// none.
+func raceCreate(t *testing.T, stores []store.Store, check store.Store, pool string, cursors bool) {
 	ips := make([]netip.Addr, raceAddrs)
 	for i := range ips {
 		if i%2 == 0 {
@@ -407,6 +412,10 @@ func raceCreate(t *testing.T, stores []store.Store, check store.Store) {
 		err   error
 	}
 	results := make([][]result, raceGoroutines) // [goroutine][address]
+	byCursor := func(g int) bool {
+		_, ok := stores[g%len(stores)].(store.CursorCreator)
+		return ok && cursors && g%2 == 1
+	}
 	ctx := t.Context()
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -419,8 +428,14 @@ func raceCreate(t *testing.T, stores []store.Store, check store.Store) {
 			// collide both head-on and in passing.
 			for k := range ips {
 				i := (k + g*len(ips)/raceGoroutines) % len(ips)
-				c := store.Claim{Pool: "blue", IP: ips[i], Owner: owner(fmt.Sprint(g)), Time: claimTime}
-				got, err := s.Create(ctx, c)
+				c := store.Claim{Pool: pool, IP: ips[i], Owner: owner(fmt.Sprint(g)), Time: claimTime}
+				var got store.Claim
+				var err error
+				if byCursor(g) {
+					got, err = s.(store.CursorCreator).CreateAndSetCursor(ctx, c)
+				} else {
+					got, err = s.Create(ctx, c)
+				}
 				results[g][i] = result{got, err}
 			}
 		})
@@ -429,6 +444,7 @@ func raceCreate(t *testing.T, stores []store.Store, check store.Store) {
 	wg.Wait()
 
 	var winners []store.Claim
+	var cursorWon []netip.Addr // addresses created by CreateAndSetCursor
 	for i, ip := range ips {
 		var won []int
 		for g := range raceGoroutines {
@@ -437,27 +453,42 @@ func raceCreate(t *testing.T, stores []store.Store, check store.Store) {
 			case r.err == nil:
 				won = append(won, g)
 			case !errors.Is(r.err, store.ErrExists):
-				t.Errorf("goroutine %d: Create(blue/%s): %v, want success or store.ErrExists", g, ip, r.err)
+				t.Errorf("goroutine %d: Create(%s/%s): %v, want success or store.ErrExists", g, pool, ip, r.err)
 			}
 		}
 		if len(won) != 1 {
-			t.Errorf("Create(blue/%s) succeeded for goroutines %v, want exactly one", ip, won)
+			t.Errorf("Create(%s/%s) succeeded for goroutines %v, want exactly one", pool, ip, won)
 			continue
 		}
 		w := results[won[0]][i].claim
-		want := store.Claim{Pool: "blue", IP: ip, Owner: owner(fmt.Sprint(won[0])), Time: claimTime}
+		want := store.Claim{Pool: pool, IP: ip, Owner: owner(fmt.Sprint(won[0])), Time: claimTime}
 		if diff := cmp.Diff(want, w, cmpClaim, ignoreRevision); diff != "" {
-			t.Errorf("winning Create(blue/%s) returned (-want +got):\n%s", ip, diff)
+			t.Errorf("winning Create(%s/%s) returned (-want +got):\n%s", pool, ip, diff)
 		}
 		if w.Revision <= 0 {
-			t.Errorf("winning Create(blue/%s) returned revision %d, want > 0", ip, w.Revision)
+			t.Errorf("winning Create(%s/%s) returned revision %d, want > 0", pool, ip, w.Revision)
 		}
 		winners = append(winners, w)
+		if byCursor(won[0]) {
+			cursorWon = append(cursorWon, ip)
+		}
 	}
 	if t.Failed() {
 		t.FailNow()
 	}
-	wantList(t, check, "blue", winners)
+	wantList(t, check, pool, winners)
+	if cs, ok := check.(store.Cursors); ok && cursors {
+		got, err := cs.Cursor(ctx, pool)
+		switch {
+		case err != nil:
+			t.Fatalf("Cursor(%s) after the race: %v", pool, err)
+		case len(cursorWon) == 0 && got.IsValid():
+			t.Fatalf("Cursor(%s) after the race = %v; want none, as no CreateAndSetCursor succeeded", pool, got)
+		case len(cursorWon) > 0 && !slices.Contains(cursorWon, got):
+			t.Fatalf("Cursor(%s) after the race = %v; want one of the addresses CreateAndSetCursor created, %v",
+				pool, got, cursorWon)
+		}
+	}
 }
 
 // raceWriters is the number of goroutines in the Update and Delete races; rounds
@@ -647,21 +678,23 @@ func testInvalidClaim(t *testing.T, open Opener) {
 	wantList(t, s, "blue", []store.Claim{held})
 }
 
+// wantCursor checks that the cursor of pool is want.
+func wantCursor(t *testing.T, cs store.Cursors, pool string, want netip.Addr) {
+	t.Helper()
+	got, err := cs.Cursor(t.Context(), pool)
+	if err != nil {
+		t.Fatalf("Cursor(%s): %v", pool, err)
+	}
+	if got != want {
+		t.Fatalf("Cursor(%s) = %v, want %v", pool, got, want)
+	}
+}
+
 func testCursors(t *testing.T, open Opener) {
 	s := open()
 	cs, ok := s.(store.Cursors)
 	if !ok {
 		t.Skipf("%T does not implement store.Cursors", s)
-	}
-	wantCursor := func(t *testing.T, cs store.Cursors, pool string, want netip.Addr) {
-		t.Helper()
-		got, err := cs.Cursor(t.Context(), pool)
-		if err != nil {
-			t.Fatalf("Cursor(%s): %v", pool, err)
-		}
-		if got != want {
-			t.Fatalf("Cursor(%s) = %v, want %v", pool, got, want)
-		}
 	}
 	set := func(t *testing.T, pool string, ip netip.Addr) {
 		t.Helper()
@@ -699,4 +732,105 @@ func testCursors(t *testing.T, open Opener) {
 		t.Fatalf("SetCursor(blue, %s) through a reopened instance: %v", blue1, err)
 	}
 	wantCursor(t, cs, "blue", blue1)
+}
+
+// mustCreateAndSetCursor creates c with CreateAndSetCursor and checks that the
+// returned claim is c with a positive revision.
+func mustCreateAndSetCursor(t *testing.T, cc store.CursorCreator, c store.Claim) store.Claim {
+	t.Helper()
+	got, err := cc.CreateAndSetCursor(t.Context(), c)
+	if err != nil {
+		t.Fatalf("CreateAndSetCursor(%s): %v", c.Key(), err)
+	}
+	if diff := cmp.Diff(c, got, cmpClaim, ignoreRevision); diff != "" {
+		t.Fatalf("CreateAndSetCursor(%s) returned a different claim (-want +got):\n%s", c.Key(), diff)
+	}
+	if got.Revision <= 0 {
+		t.Fatalf("CreateAndSetCursor(%s) returned revision %d, want > 0", c.Key(), got.Revision)
+	}
+	return got
+}
+
+func testCreateAndSetCursor(t *testing.T, open Opener) {
+	s := open()
+	cc, ok := s.(store.CursorCreator)
+	if !ok {
+		t.Skipf("%T does not implement store.CursorCreator", s)
+	}
+	ctx := t.Context()
+
+	// A success creates the claim, as Create does, and moves the cursor of its
+	// pool only.
+	a := mustCreateAndSetCursor(t, cc, claim("blue", "10.0.0.5", "a"))
+	wantClaim(t, s, a)
+	wantCursor(t, cc, "blue", a.IP)
+	wantCursor(t, cc, "blue-2", netip.Addr{})
+	b := mustCreateAndSetCursor(t, cc, claim("blue", "2001:db8::5", "b"))
+	wantClaim(t, s, b)
+	wantCursor(t, cc, "blue", b.IP)
+
+	// The claim is a claim like any other, and the cursor a cursor, seen through
+	// another instance.
+	s2 := open()
+	cs2, ok := s2.(store.Cursors)
+	if !ok {
+		t.Fatalf("%T implements store.CursorCreator but the reopened %T does not implement store.Cursors", s, s2)
+	}
+	wantClaim(t, s2, a)
+	wantList(t, s2, "blue", []store.Claim{a, b})
+	wantCursor(t, cs2, "blue", b.IP)
+	got, err := s2.Create(ctx, claim("blue", "10.0.0.5", "x"))
+	wantErr(t, fmt.Sprintf("Create(%s) of a claim made by CreateAndSetCursor returned %+v", a.Key(), got), err, store.ErrExists)
+
+	// A failure, whatever its cause, leaves the claims and the cursor as they
+	// were: here every attempt names an address other than the cursor's.
+	exists := claim("blue", "10.0.0.5", "c") // claimed by a, through CreateAndSetCursor
+	got, err = cc.CreateAndSetCursor(ctx, exists)
+	wantErr(t, fmt.Sprintf("CreateAndSetCursor(%s) of a claimed address returned %+v", exists.Key(), got), err, store.ErrExists)
+	byCreate := mustCreate(t, s2, claim("blue", "10.0.0.6", "d"))
+	if cc2, ok := s2.(store.CursorCreator); ok {
+		got, err = cc2.CreateAndSetCursor(ctx, byCreate)
+	} else {
+		got, err = cc.CreateAndSetCursor(ctx, byCreate)
+	}
+	wantErr(t, fmt.Sprintf("CreateAndSetCursor(%s) of an address claimed by Create returned %+v", byCreate.Key(), got), err, store.ErrExists)
+	wantClaim(t, s, a)
+	wantClaim(t, s, byCreate)
+	wantCursor(t, cc, "blue", b.IP)
+	wantCursor(t, cs2, "blue", b.IP)
+
+	noOwner, noIP, noPool := claim("blue", "10.0.0.7", "e"), claim("blue", "10.0.0.7", "e"), claim("", "10.0.0.7", "e")
+	noOwner.Owner = store.Owner{Namespace: "default", Name: "web-0"}
+	noIP.IP = netip.Addr{}
+	for _, tc := range []struct {
+		name string
+		c    store.Claim
+	}{{"without an owner", noOwner}, {"with an invalid IP", noIP}, {"without a pool", noPool}} {
+		noPanic(t, "CreateAndSetCursor of a claim "+tc.name, func() {
+			if got, err := cc.CreateAndSetCursor(ctx, tc.c); err == nil {
+				t.Errorf("CreateAndSetCursor of a claim %s succeeded (%+v), want an error", tc.name, got)
+			}
+		})
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if got, err := cc.CreateAndSetCursor(canceled, claim("blue", "10.0.0.7", "f")); err == nil {
+		t.Errorf("CreateAndSetCursor with a canceled context succeeded (%+v), want an error", got)
+	}
+	wantNotFound(t, s, "blue", noOwner.IP)
+	wantCursor(t, cc, "blue", b.IP)
+	wantList(t, s, "blue", []store.Claim{a, b, byCreate})
+
+	// SetCursor and CreateAndSetCursor move one cursor.
+	set := netip.MustParseAddr("10.0.0.9")
+	if err := cs2.SetCursor(ctx, "blue", set); err != nil {
+		t.Fatalf("SetCursor(blue, %s): %v", set, err)
+	}
+	wantCursor(t, cc, "blue", set)
+	c := mustCreateAndSetCursor(t, cc, claim("blue", "10.0.0.8", "g"))
+	wantCursor(t, cs2, "blue", c.IP)
+
+	// CreateAndSetCursor races Create on another instance as Create does: one
+	// winner per address.
+	raceCreate(t, []store.Store{open(), open()}, open(), "green", true)
 }

@@ -36,7 +36,7 @@ var mutants = []struct {
 	{
 		name: "create-overwrites", // a read-then-write "create or update"
 		open: shared(func(m *mutant) { m.createOverwrites = true }),
-		fail: []string{"CreateExists", "CreateRace", "CreateRaceInstances"},
+		fail: []string{"CreateExists", "CreateRace", "CreateRaceInstances", "CreateAndSetCursor"},
 	},
 	{
 		name: "update-ignores-revision", // the lost update
@@ -51,7 +51,7 @@ var mutants = []struct {
 	{
 		name: "ignores-context",
 		open: shared(func(m *mutant) { m.ignoresContext = true }),
-		fail: []string{"CanceledContext"},
+		fail: []string{"CanceledContext", "CreateAndSetCursor"},
 	},
 	{
 		name: "drops-time",
@@ -84,19 +84,37 @@ var mutants = []struct {
 		fail: []string{"Cursors"},
 	},
 	{
+		name: "cursor-set-first", // sets the cursor, then creates: a failed Create moves it
+		open: shared(func(m *mutant) { m.cursorSetFirst = true }),
+		fail: []string{"CreateAndSetCursor"},
+	},
+	{
+		name: "cursor-not-set", // CreateAndSetCursor only creates
+		open: shared(func(m *mutant) { m.cursorNotSet = true }),
+		fail: []string{"CreateAndSetCursor"},
+	},
+	{
 		name: "no-cursors",
 		open: func(t *testing.T) storetest.Opener {
 			s := memstore.New()
 			return func() store.Store { return noCursors{s.Open()} }
 		},
-		skip: []string{"Cursors"},
+		skip: []string{"Cursors", "CreateAndSetCursor"},
+	},
+	{
+		name: "no-cursor-creator", // Cursors without CreateAndSetCursor
+		open: func(t *testing.T) storetest.Opener {
+			s := memstore.New()
+			return func() store.Store { o := s.Open(); return noCursorCreator{o, o} }
+		},
+		skip: []string{"CreateAndSetCursor"},
 	},
 	{
 		name: "separate-backends", // the Opener opens a new backend each time
 		open: func(t *testing.T) storetest.Opener {
 			return func() store.Store { return memstore.New() }
 		},
-		fail: []string{"Reopen", "CreateRaceInstances", "UpdateRace", "UpdateDeleteRace", "Cursors"},
+		fail: []string{"Reopen", "CreateRaceInstances", "UpdateRace", "UpdateDeleteRace", "Cursors", "CreateAndSetCursor"},
 	},
 	{
 		name: "per-key-revisions", // restarts a key's revision at 1 when it is created again
@@ -208,6 +226,7 @@ type mutant struct {
 	createOverwrites, updateIgnoresRev, deleteIgnoresRev bool
 	ignoresContext, dropsTime, ownClock, dropsInterface  bool
 	listPrefix, cursorIgnoresPool                        bool
+	cursorSetFirst, cursorNotSet                         bool
 
 	mu        sync.Mutex
 	listCache map[string][]store.Claim // nil: no cache
@@ -323,8 +342,39 @@ func (m *mutant) SetCursor(ctx context.Context, pool string, ip netip.Addr) erro
 	return m.s.SetCursor(m.ctx(ctx), pool, ip)
 }
 
+// CreateAndSetCursor is memstore's, or with cursorSetFirst a SetCursor and then a
+// Create, or with cursorNotSet a Create alone. With createOverwrites it is Create
+// and SetCursor, so that it overwrites as Create does.
+func (m *mutant) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
+	switch {
+	case m.cursorSetFirst:
+		if err := m.SetCursor(ctx, c.Pool, c.IP); err != nil {
+			return store.Claim{}, err
+		}
+		return m.Create(ctx, c)
+	case m.cursorNotSet:
+		return m.Create(ctx, c)
+	case m.createOverwrites:
+		got, err := m.Create(ctx, c)
+		if err == nil {
+			err = m.SetCursor(ctx, c.Pool, c.IP)
+		}
+		return got, err
+	}
+	defer m.forget()
+	got, err := m.s.CreateAndSetCursor(m.ctx(ctx), m.in(c))
+	return m.out(got), err
+}
+
 // noCursors hides the Cursors capability of the store it wraps.
 type noCursors struct{ store.Store }
+
+// noCursorCreator hides the CursorCreator capability of the store it wraps, and
+// shows its Cursors.
+type noCursorCreator struct {
+	store.Store
+	store.Cursors
+}
 
 // versions maps each key to its memstore revision and the per-key version
 // perKey shows in its place.

@@ -1,0 +1,75 @@
+package readmap
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+)
+
+func TestGetOrAdd(t *testing.T) {
+	var m Map[*int]
+	if _, ok := m.Get("a"); ok {
+		t.Fatal("empty map has a")
+	}
+	made := 0
+	newV := func(string) *int { made++; return new(int) }
+	a := m.GetOrAdd("a", newV)
+	if got := m.GetOrAdd("a", newV); got != a || made != 1 {
+		t.Fatalf("second GetOrAdd made a new value (made %d)", made)
+	}
+	for i := range 1000 {
+		m.GetOrAdd(strconv.Itoa(i), newV)
+	}
+	for i := range 1000 {
+		if _, ok := m.Get(strconv.Itoa(i)); !ok {
+			t.Fatalf("lost %d", i)
+		}
+	}
+	n := 0
+	m.Range(func(string, *int) bool { n++; return true })
+	if n != 1001 {
+		t.Fatalf("Range saw %d entries, want 1001", n)
+	}
+}
+
+// TestConcurrent adds the same names from several goroutines: each name gets
+// exactly one value, and every goroutine sees it.
+func TestConcurrent(t *testing.T) {
+	var m Map[*int]
+	const workers, names = 4, 2000
+	got := make([][]*int, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range names {
+				got[w] = append(got[w], m.GetOrAdd(strconv.Itoa(i), func(string) *int { return new(int) }))
+			}
+		})
+	}
+	wg.Wait()
+	for i := range names {
+		for w := 1; w < workers; w++ {
+			if got[w][i] != got[0][i] {
+				t.Fatalf("name %d has two values", i)
+			}
+		}
+	}
+}
+
+func BenchmarkAdd(b *testing.B) {
+	for _, n := range []int{1000, 100000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			names := make([]string, n)
+			for i := range names {
+				names[i] = strconv.Itoa(i)
+			}
+			for b.Loop() {
+				var m Map[int]
+				for _, s := range names {
+					m.GetOrAdd(s, func(string) int { return 0 })
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/add")
+		})
+	}
+}
