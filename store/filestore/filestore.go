@@ -21,8 +21,9 @@ import (
 
 // Compile-time checks that *Store provides the contract and its capability.
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Cursors = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.Cursors       = (*Store)(nil)
+	_ store.CursorCreator = (*Store)(nil)
 )
 
 // Pool maps a pool name onto the network directory: which addresses belong to
@@ -63,7 +64,9 @@ type Options struct {
 	Pools []Pool
 	// Sync fsyncs every file written and the directory after every change, so
 	// that a write that returned survives a power loss, at the cost of the
-	// fsyncs. A process crash loses nothing either way.
+	// fsyncs, and writes every claim and cursor file under a temporary name
+	// first (see the package documentation). A process crash loses nothing
+	// either way.
 	Sync bool
 }
 
@@ -120,8 +123,8 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Store is a store.Store, with store.Cursors, on one network directory in
-// host-local's format (see the package documentation).
+// Store is a store.Store, with store.Cursors and store.CursorCreator, on one
+// network directory in host-local's format (see the package documentation).
 //
 // The zero Store is not usable; create one with Open. A *Store is safe for
 // concurrent use by multiple goroutines, and by other processes on the same
@@ -133,14 +136,18 @@ type Store struct {
 	lockFd int // the lock file, for flock
 	dirFd  int // the directory, for fsync
 
-	sem    chan struct{} // held by the goroutine that holds the flock
-	closed atomic.Bool
+	sem        chan struct{} // held by the goroutine that holds the flock
+	closed     atomic.Bool
+	publishing atomic.Int32 // how Create publishes a claim file: publishEmptyPath...
 }
 
-// pool is a configured pool and the path of its cursor file.
+// pool is a configured pool and its cursor file.
 type pool struct {
 	Pool
 	cursorPath string
+	// cursorFd is the cursor file that the Store last wrote, kept open for
+	// writing to it again in place, or -1. It is used under the lock only.
+	cursorFd int
 }
 
 // Open opens the network directory dir, <dataDir>/<network name>, creating it
@@ -162,9 +169,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	if s.dir == "" {
 		s.dir = "/"
 	}
+	if oTmpfile == 0 || s.sync {
+		// With Sync, a claim file is fsynced before it is published, and
+		// must then be on disk with the link count its name gives it: a
+		// temporary name gives it one; an O_TMPFILE inode has none.
+		s.publishing.Store(publishTemp)
+	}
 	for _, p := range opts.Pools {
 		p.Prefixes = append([]netip.Prefix(nil), p.Prefixes...)
-		s.pools[p.Name] = &pool{Pool: p, cursorPath: s.path(cursorPrefix + strconv.Itoa(p.Index))}
+		s.pools[p.Name] = &pool{Pool: p, cursorPath: s.path(cursorPrefix + strconv.Itoa(p.Index)), cursorFd: -1}
 	}
 	var err error
 	// host-local creates the lock file O_CREAT|O_RDONLY with mode 0750.
@@ -237,8 +250,14 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return fmt.Errorf("filestore: close %s: %w", s.dir, os.ErrClosed)
 	}
-	err := errors.Join(syscall.Close(s.lockFd), syscall.Close(s.dirFd))
-	if err != nil {
+	errs := []error{syscall.Close(s.lockFd), syscall.Close(s.dirFd)}
+	for _, p := range s.pools {
+		if p.cursorFd >= 0 {
+			errs = append(errs, syscall.Close(p.cursorFd))
+			p.cursorFd = -1
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("filestore: close %s: %w", s.dir, err)
 	}
 	return nil
@@ -419,6 +438,22 @@ func checkClaim(c store.Claim) error {
 // written in host-local's format (ErrUnsupportedOwner), or if its pool is not
 // one of Options.Pools or does not contain its address.
 func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
+	return s.create(ctx, c, false)
+}
+
+// CreateAndSetCursor is Create and, if the claim was created, SetCursor(c.Pool,
+// c.IP), under one hold of the lock, as host-local's Reserve writes an
+// address's file and last_reserved_ip together. It fails as Create fails; a
+// failure to write the cursor once the claim is created is not reported, as
+// the cursor is a hint. With Options.Sync, one fsync of the directory covers
+// both files; should it fail, the claim is taken back, as Create takes it
+// back, but the cursor may already have moved to its address.
+func (s *Store) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
+	return s.create(ctx, c, true)
+}
+
+// create is Create, and with setCursor CreateAndSetCursor.
+func (s *Store) create(ctx context.Context, c store.Claim, setCursor bool) (store.Claim, error) {
 	fail := func(err error) (store.Claim, error) {
 		return store.Claim{}, fmt.Errorf("filestore: create %s/%s: %w", c.Pool, c.IP, err)
 	}
@@ -428,7 +463,8 @@ func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) 
 	if err := checkClaim(c); err != nil {
 		return fail(err)
 	}
-	switch p := s.pools[c.Pool]; {
+	p := s.pools[c.Pool]
+	switch {
 	case p == nil:
 		return fail(fmt.Errorf("unknown pool %q: not in Options.Pools", c.Pool))
 	case !p.contains(c.IP):
@@ -439,26 +475,37 @@ func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) 
 	}
 	defer s.unlock()
 	path := s.claimPath(c.IP)
-	tmp, fd, err := s.writeTemp(content(c.Owner), c.Time)
+	data := content(c.Owner)
+	f, err := s.writeClaim(data, c.Time)
 	if err != nil {
 		return fail(err)
 	}
-	defer syscall.Close(fd)
-	if err := retryEINTR(func() error { return syscall.Link(tmp, path) }); err != nil {
-		syscall.Unlink(tmp)
-		if err == syscall.EEXIST {
-			return fail(fmt.Errorf("%s: %w", path, store.ErrExists))
+	err = s.publish(f, path)
+	if err == errUnnamed {
+		// The kernel will not name an unnamed file after all: write it
+		// again under a temporary name.
+		syscall.Close(f.fd)
+		if f, err = s.writeClaim(data, c.Time); err != nil {
+			return fail(err)
 		}
-		return fail(&os.LinkError{Op: "link", Old: tmp, New: path, Err: err})
+		err = s.publish(f, path)
 	}
-	// Published. Should the unlink fail, the claim stands, with a second name
-	// that the next Open removes.
-	syscall.Unlink(tmp)
+	defer syscall.Close(f.fd)
+	switch {
+	case err == syscall.EEXIST:
+		return fail(fmt.Errorf("%s: %w", path, store.ErrExists))
+	case err != nil:
+		return fail(err)
+	}
+	// Published.
+	if setCursor {
+		s.putCursor(p, c.IP) // a hint: a failure leaves the claim as it is
+	}
 	if err := s.syncDir(); err != nil {
 		syscall.Unlink(path) // not durable: take it back, still under the lock
 		return fail(err)
 	}
-	st, err := s.stat(fd, path)
+	st, err := s.stat(f.fd, path)
 	if err != nil {
 		return fail(err)
 	}
@@ -585,9 +632,12 @@ func (s *Store) Delete(ctx context.Context, poolName string, ip netip.Addr, rev 
 }
 
 // Cursor returns the address recorded in pool's last_reserved_ip.<Index> file,
-// or the zero Addr if there is none, the pool is unknown, or the address is not
-// in the pool (as host-local, which ignores a cursor outside its range set). It
-// returns an error naming the file if the content is not an address.
+// or the zero Addr if there is none, the pool is unknown, the file is empty
+// (host-local died between its truncation and its write), or the address is
+// not in the pool (as host-local, which ignores a cursor outside its range
+// set). It returns an error naming the file if the content is not an address.
+// It reads under the lock, as host-local does, because writers rewrite the file
+// in place.
 func (s *Store) Cursor(ctx context.Context, poolName string) (netip.Addr, error) {
 	fail := func(err error) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("filestore: cursor %s: %w", poolName, err)
@@ -599,52 +649,48 @@ func (s *Store) Cursor(ctx context.Context, poolName string) (netip.Addr, error)
 	if p == nil {
 		return netip.Addr{}, nil
 	}
-	ip, again, err := s.readCursor(p)
-	if again {
-		// host-local truncates the file, then writes it: an empty file may be
-		// caught in between.
-		if err := s.lock(ctx); err != nil {
-			return fail(err)
-		}
-		ip, _, err = s.readCursor(p)
-		s.unlock()
+	if err := s.lock(ctx); err != nil {
+		return fail(err)
 	}
+	ip, err := s.readCursor(p)
+	s.unlock()
 	if err != nil {
 		return fail(err)
 	}
 	return ip, nil
 }
 
-// readCursor reads p's cursor file. It reports again true if the file is
-// empty, which host-local leaves for a moment while it rewrites the file.
-func (s *Store) readCursor(p *pool) (ip netip.Addr, again bool, err error) {
+// readCursor reads p's cursor file, under the lock.
+func (s *Store) readCursor(p *pool) (netip.Addr, error) {
 	data, _, bad, err := s.readFile(p.cursorPath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return netip.Addr{}, false, nil
+		return netip.Addr{}, nil
 	case err != nil:
-		return netip.Addr{}, false, err
+		return netip.Addr{}, err
 	case bad != "":
-		return netip.Addr{}, false, fmt.Errorf("%s: %s", p.cursorPath, bad)
+		return netip.Addr{}, fmt.Errorf("%s: %s", p.cursorPath, bad)
 	}
 	text := strings.TrimSpace(string(data))
 	if text == "" {
-		return netip.Addr{}, true, fmt.Errorf("%s: empty file", p.cursorPath)
+		return netip.Addr{}, nil
 	}
-	ip, err = netip.ParseAddr(text)
+	ip, err := netip.ParseAddr(text)
 	if err != nil || ip.Zone() != "" {
-		return netip.Addr{}, false, fmt.Errorf("%s: content %s is not an IP address", p.cursorPath, quote(data))
+		return netip.Addr{}, fmt.Errorf("%s: content %s is not an IP address", p.cursorPath, quote(data))
 	}
 	if !p.contains(ip.Unmap()) {
-		return netip.Addr{}, false, nil
+		return netip.Addr{}, nil
 	}
-	return ip.Unmap(), false, nil
+	return ip.Unmap(), nil
 }
 
 // SetCursor records ip as the last address reserved in pool, in its
-// last_reserved_ip.<Index> file, replaced atomically. Setting the zero Addr
-// removes the file. It fails if the pool is unknown or ip is not in it. A
-// cursor is a hint, not a claim: setting it changes no revision.
+// last_reserved_ip.<Index> file: written over in place (as host-local
+// rewrites it) when the new content is no shorter, else, and always with
+// Options.Sync, replaced by rename(2). Setting the zero Addr removes the file.
+// It fails if the pool is unknown or ip is not in it. A cursor is a hint, not
+// a claim: setting it changes no revision.
 func (s *Store) SetCursor(ctx context.Context, poolName string, ip netip.Addr) error {
 	fail := func(err error) error {
 		return fmt.Errorf("filestore: set cursor %s to %s: %w", poolName, ip, err)
@@ -664,25 +710,102 @@ func (s *Store) SetCursor(ctx context.Context, poolName string, ip netip.Addr) e
 	}
 	defer s.unlock()
 	if !ip.IsValid() {
+		s.forgetCursor(p)
 		if err := syscall.Unlink(p.cursorPath); err != nil && err != syscall.ENOENT {
 			return fail(&fs.PathError{Op: "unlink", Path: p.cursorPath, Err: err})
 		}
-		if err := s.syncDir(); err != nil {
-			return fail(err)
-		}
-		return nil
-	}
-	tmp, fd, err := s.writeTemp([]byte(ip.String()), time.Time{})
-	if err != nil {
+	} else if err := s.putCursor(p, ip); err != nil {
 		return fail(err)
-	}
-	syscall.Close(fd)
-	if err := retryEINTR(func() error { return syscall.Rename(tmp, p.cursorPath) }); err != nil {
-		syscall.Unlink(tmp)
-		return fail(&os.LinkError{Op: "rename", Old: tmp, New: p.cursorPath, Err: err})
 	}
 	if err := s.syncDir(); err != nil {
 		return fail(err)
 	}
 	return nil
+}
+
+// putCursor writes ip to p's cursor file, under the lock. Without Sync it
+// writes over the file in place where that is safe (see overwrite), as
+// host-local rewrites it, which creates no inode and changes no directory.
+// Otherwise (no file yet, a longer old content, not a regular file, and always
+// with Sync) it writes a temporary file, fsynced with Sync, and renames it over
+// the cursor file. The caller fsyncs the directory.
+func (s *Store) putCursor(p *pool, ip netip.Addr) error {
+	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255")]byte
+	data := ip.AppendTo(buf[:0])
+	if !s.sync && s.overwrite(p, data) {
+		return nil
+	}
+	tmp, fd, err := s.writeTemp(data, time.Time{})
+	if err != nil {
+		return err
+	}
+	if err := retryEINTR(func() error { return syscall.Rename(tmp, p.cursorPath) }); err != nil {
+		syscall.Close(fd)
+		syscall.Unlink(tmp)
+		return &os.LinkError{Op: "rename", Old: tmp, New: p.cursorPath, Err: err}
+	}
+	s.forgetCursor(p)
+	if s.sync {
+		syscall.Close(fd)
+	} else {
+		p.cursorFd = fd // the cursor file now, to write over next time
+	}
+	return nil
+}
+
+// overwrite writes data over the start of p's cursor file, as host-local
+// rewrites last_reserved_ip: no new inode, no directory change. It does so only
+// where that leaves no moment at which the file holds anything but its old
+// content or data, and reports whether it did: the file exists, is a regular
+// file, and is no longer than data (a single small write(2) is whole or absent
+// after a crash; a longer file would need a truncation, with a moment empty or
+// holding data followed by the old content's tail). A failed write may leave
+// part of data over the old content; the caller then replaces the file.
+//
+// It keeps the file open in p.cursorFd for the next write, and opens it again
+// by name if it has been removed or replaced by rename since (by SetCursor of
+// a shorter address, or another program).
+func (s *Store) overwrite(p *pool, data []byte) bool {
+	var st syscall.Stat_t
+	for cached := p.cursorFd >= 0; ; cached = false {
+		if p.cursorFd < 0 {
+			fd, err := openFile(p.cursorPath, syscall.O_WRONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+			if err != nil {
+				return false
+			}
+			p.cursorFd = fd
+		}
+		err := retryEINTR(func() error { return syscall.Fstat(p.cursorFd, &st) })
+		if err == nil && st.Nlink > 0 && st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			break
+		}
+		s.forgetCursor(p)
+		if !cached {
+			return false
+		}
+		// Removed or replaced since this Store wrote it: open the file
+		// that has the name now.
+	}
+	if st.Size > int64(len(data)) {
+		return false
+	}
+	for n := 0; n < len(data); {
+		m, err := syscall.Pwrite(p.cursorFd, data[n:], int64(n))
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return false
+		}
+		n += m
+	}
+	return true
+}
+
+// forgetCursor closes the cursor file kept open for p, if any.
+func (s *Store) forgetCursor(p *pool) {
+	if p.cursorFd >= 0 {
+		syscall.Close(p.cursorFd)
+		p.cursorFd = -1
+	}
 }

@@ -56,8 +56,9 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// adapter is a store.Store over one filestore directory per pool, with every
-// Owner encoded into a container ID.
+// adapter is a store.Store, with store.Cursors and store.CursorCreator, over
+// one filestore directory per pool, with every Owner encoded into a container
+// ID.
 type adapter struct {
 	root   string
 	sync   bool
@@ -150,6 +151,18 @@ func (a *adapter) Create(ctx context.Context, c store.Claim) (store.Claim, error
 	owner := c.Owner
 	c.Owner = encode(owner)
 	got, err := s.Create(ctx, c)
+	got.Owner = owner
+	return got, err
+}
+
+func (a *adapter) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
+	s, err := a.store(c.Pool)
+	if err != nil {
+		return store.Claim{}, err
+	}
+	owner := c.Owner
+	c.Owner = encode(owner)
+	got, err := s.CreateAndSetCursor(ctx, c)
 	got.Owner = owner
 	return got, err
 }
@@ -614,6 +627,203 @@ pools[2].prefixes is empty`},
 	if _, err := filestore.Open(t.TempDir(), filestore.Options{}); err == nil {
 		t.Error("Open with no pools succeeded")
 	}
+}
+
+// TestPublish creates claims through each way a Store publishes a claim file
+// (an unnamed O_TMPFILE inode linked by descriptor or through /proc, or a
+// temporary file) and checks that each leaves the same file and nothing else.
+func TestPublish(t *testing.T) {
+	if s := open(t, t.TempDir(), false); filestore.Publishing(s) == filestore.PublishTemp {
+		t.Log("this kernel, architecture or filesystem has no O_TMPFILE: every mode falls back to a temporary file")
+	}
+	if s := open(t, t.TempDir(), true); filestore.Publishing(s) != filestore.PublishTemp {
+		t.Errorf("with Sync, publishing mode %d, want a temporary file (%d)", filestore.Publishing(s), filestore.PublishTemp)
+	}
+	for _, mode := range []int{filestore.PublishEmptyPath, filestore.PublishProc, filestore.PublishTemp} {
+		t.Run(fmt.Sprint(mode), func(t *testing.T) {
+			dir := t.TempDir()
+			s := open(t, dir, false)
+			filestore.SetPublishing(s, mode)
+			ctx := t.Context()
+			c := ctrClaim("net/0", "10.1.2.2", "ctr", "eth0")
+			got, err := s.Create(ctx, c)
+			require.NoError(t, err)
+			if got.Time.IsZero() || !got.Time.Equal(c.Time) || got.Revision == 0 {
+				t.Errorf("Create returned time %v, revision %d; want %v and a revision", got.Time, got.Revision, c.Time)
+			}
+			if m := filestore.Publishing(s); m != mode {
+				t.Logf("moved from mode %d to %d: the kernel refused the first", mode, m)
+			}
+			if _, err := s.Create(ctx, ctrClaim("net/0", "10.1.2.2", "other", "eth0")); !errors.Is(err, store.ErrExists) {
+				t.Errorf("second Create: %v, want store.ErrExists", err)
+			}
+			path := filepath.Join(dir, "10.1.2.2")
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			if string(b) != "ctr\r\neth0" {
+				t.Errorf("claim file holds %q", b)
+			}
+			fi, err := os.Lstat(path)
+			require.NoError(t, err)
+			st := fi.Sys().(*syscall.Stat_t)
+			if fi.Mode() != 0o600 || st.Nlink != 1 || !fi.ModTime().Equal(c.Time) {
+				t.Errorf("claim file: mode %v, %d links, modified %v; want -rw-------, 1 link, %v", fi.Mode(), st.Nlink, fi.ModTime(), c.Time)
+			}
+			if again, err := s.Get(ctx, c.Pool, c.IP); err != nil || again != got {
+				t.Errorf("Get = %+v, %v; want %+v", again, err, got)
+			}
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			var names []string
+			for _, e := range entries {
+				names = append(names, e.Name())
+			}
+			if want := []string{"10.1.2.2", "lock"}; !slices.Equal(names, want) {
+				t.Errorf("directory holds %q, want %q", names, want)
+			}
+		})
+	}
+}
+
+// TestCursorFile checks how the cursor file is written: in place (the same
+// inode) where the new address is no shorter than the old, replaced whole
+// where it is shorter, missing or not a regular file, and always with Sync; and
+// that an empty file (host-local died between truncating and writing it) reads
+// as no cursor.
+func TestCursorFile(t *testing.T) {
+	syncModes(t, func(t *testing.T, durable bool) {
+		dir := t.TempDir()
+		s := open(t, dir, durable)
+		ctx := t.Context()
+		path := filepath.Join(dir, "last_reserved_ip.0")
+		inode := func() uint64 {
+			t.Helper()
+			fi, err := os.Lstat(path)
+			require.NoError(t, err)
+			if fi.Mode() != 0o600 {
+				t.Errorf("cursor file mode %v, want -rw-------", fi.Mode())
+			}
+			return fi.Sys().(*syscall.Stat_t).Ino
+		}
+		set := func(ip string) {
+			t.Helper()
+			require.NoError(t, s.SetCursor(ctx, "net/0", netip.MustParseAddr(ip)))
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			if string(b) != ip {
+				t.Errorf("after SetCursor(%s) the file holds %q", ip, b)
+			}
+			got, err := s.Cursor(ctx, "net/0")
+			if err != nil || got != netip.MustParseAddr(ip) {
+				t.Errorf("Cursor after SetCursor(%s) = %v, %v", ip, got, err)
+			}
+		}
+		set("10.1.2.9")
+		first := inode()
+		for _, ip := range []string{"10.1.2.10", "10.1.2.11"} { // longer, as long
+			set(ip)
+			if ino := inode(); (ino == first) == durable {
+				t.Errorf("SetCursor(%s) with Sync=%t: inode %d, before %d", ip, durable, ino, first)
+			}
+			first = inode()
+		}
+		set("10.1.2.2") // shorter: replaced whole
+		if inode() == first {
+			t.Errorf("SetCursor to a shorter address wrote over the old file in place")
+		}
+		got, err := s.CreateAndSetCursor(ctx, ctrClaim("net/0", "10.1.2.3", "a", "eth0"))
+		require.NoError(t, err)
+		if b, _ := os.ReadFile(path); string(b) != "10.1.2.3" {
+			t.Errorf("after CreateAndSetCursor(%s) the cursor file holds %q", got.IP, b)
+		}
+
+		// Not a regular file: replaced, and what a symbolic link names is
+		// left alone.
+		target := filepath.Join(t.TempDir(), "elsewhere")
+		require.NoError(t, os.WriteFile(target, []byte("x"), 0o600))
+		require.NoError(t, os.Remove(path))
+		require.NoError(t, os.Symlink(target, path))
+		set("10.1.2.4")
+		if b, _ := os.ReadFile(target); string(b) != "x" {
+			t.Errorf("SetCursor wrote %q through a symbolic link", b)
+		}
+
+		require.NoError(t, os.WriteFile(path, nil, 0o600))
+		if ip, err := s.Cursor(ctx, "net/0"); err != nil || ip.IsValid() {
+			t.Errorf("Cursor of an empty file = %v, %v; want none", ip, err)
+		}
+		set("10.1.2.5")
+
+		// Another program removes the file, or renames another over it (as
+		// an older version of this package did): the Store writes the file
+		// that has the name now.
+		set("10.1.2.50")
+		require.NoError(t, os.Remove(path))
+		set("10.1.2.51")
+		other := filepath.Join(dir, "other")
+		require.NoError(t, os.WriteFile(other, []byte("10.1.2.7"), 0o600))
+		require.NoError(t, os.Rename(other, path))
+		renamed := inode()
+		set("10.1.2.52")
+		if ino := inode(); (ino == renamed) == durable {
+			t.Errorf("with Sync=%t, the cursor file renamed in by another program has inode %d, then %d after SetCursor", durable, renamed, ino)
+		}
+		set("10.1.2.53")
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".tmp-") {
+				t.Errorf("temporary file %s left", e.Name())
+			}
+		}
+	})
+}
+
+// TestCreateAndSetCursor checks that the cursor moves only when the claim is
+// created.
+func TestCreateAndSetCursor(t *testing.T) {
+	syncModes(t, func(t *testing.T, durable bool) {
+		dir := t.TempDir()
+		s := open(t, dir, durable)
+		ctx := t.Context()
+		wantCursor := func(want string) {
+			t.Helper()
+			got, err := s.Cursor(ctx, "net/0")
+			require.NoError(t, err)
+			if got.String() != want {
+				t.Errorf("Cursor = %v, want %s", got, want)
+			}
+		}
+		a, err := s.CreateAndSetCursor(ctx, ctrClaim("net/0", "10.1.2.20", "a", "eth0"))
+		require.NoError(t, err)
+		wantCursor("10.1.2.20")
+		if got, err := s.Get(ctx, a.Pool, a.IP); err != nil || got != a {
+			t.Errorf("Get = %+v, %v; want %+v", got, err, a)
+		}
+		// Taken, refused, outside the pool: the cursor stays.
+		_, err = s.CreateAndSetCursor(ctx, ctrClaim("net/0", "10.1.2.20", "b", "eth0"))
+		require.ErrorIs(t, err, store.ErrExists)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "10.1.2.21"), nil, 0o600)) // host-local mid-write
+		_, err = s.CreateAndSetCursor(ctx, ctrClaim("net/0", "10.1.2.21", "b", "eth0"))
+		require.ErrorIs(t, err, store.ErrExists)
+		bad := ctrClaim("net/0", "10.1.2.22", "b", "eth0")
+		bad.Owner.UID = "1234"
+		_, err = s.CreateAndSetCursor(ctx, bad)
+		require.ErrorIs(t, err, filestore.ErrUnsupportedOwner)
+		_, err = s.CreateAndSetCursor(ctx, ctrClaim("net/0", "2001:db8:1::9", "b", "eth0"))
+		require.Error(t, err)
+		wantCursor("10.1.2.20")
+		if _, err := os.Lstat(filepath.Join(dir, "10.1.2.22")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a refused claim left its file: %v", err)
+		}
+		// The other pool's cursor is its own file.
+		_, err = s.CreateAndSetCursor(ctx, ctrClaim("net/1", "2001:db8:1::9", "b", "eth0"))
+		require.NoError(t, err)
+		wantCursor("10.1.2.20")
+		if b, _ := os.ReadFile(filepath.Join(dir, "last_reserved_ip.1")); string(b) != "2001:db8:1::9" {
+			t.Errorf("last_reserved_ip.1 holds %q", b)
+		}
+	})
 }
 
 // TestOpenRemovesTemps checks that Open removes what a writer killed mid-write

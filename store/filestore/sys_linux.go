@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // openFlags open a file for reading without following a symbolic link and
@@ -146,32 +147,182 @@ func (s *Store) writeTemp(data []byte, mtime time.Time) (tmp string, fd int, err
 			return "", -1, err
 		}
 	}
-	fail := func(err error) (string, int, error) {
+	if err := s.fill(fd, tmp, data, mtime); err != nil {
 		syscall.Close(fd)
 		syscall.Unlink(tmp)
 		return "", -1, err
 	}
+	return tmp, fd, nil
+}
+
+// fill writes data to the new, empty file fd, sets its modification time to
+// mtime unless mtime is zero, and with Sync fsyncs it. path names the file in
+// errors.
+func (s *Store) fill(fd int, path string, data []byte, mtime time.Time) error {
 	for n := 0; n < len(data); {
 		m, err := syscall.Write(fd, data[n:])
 		switch {
 		case err == syscall.EINTR:
 			continue
 		case err != nil:
-			return fail(&fs.PathError{Op: "write", Path: tmp, Err: err})
+			return &fs.PathError{Op: "write", Path: path, Err: err}
 		}
 		n += m
 	}
 	if !mtime.IsZero() {
-		if err := os.Chtimes(tmp, time.Time{}, mtime); err != nil {
-			return fail(err)
+		if err := futimens(fd, mtime); err != nil {
+			return &fs.PathError{Op: "futimens", Path: path, Err: err}
 		}
 	}
 	if s.sync {
 		if err := retryEINTR(func() error { return syscall.Fsync(fd) }); err != nil {
-			return fail(&fs.PathError{Op: "fsync", Path: tmp, Err: err})
+			return &fs.PathError{Op: "fsync", Path: path, Err: err}
 		}
 	}
-	return tmp, fd, nil
+	return nil
+}
+
+// How a Store publishes a new claim file, from the cheapest way down. A Store
+// starts at the first its kernel and options allow and moves down for good
+// when the kernel refuses one.
+const (
+	// publishEmptyPath writes an unnamed O_TMPFILE inode and names it with
+	// linkat(fd, "", AT_EMPTY_PATH), which needs CAP_DAC_READ_SEARCH (or, on
+	// recent kernels, the credentials that opened the file).
+	publishEmptyPath = iota
+	// publishProc names the inode by linkat of /proc/self/fd/<fd>, which needs
+	// /proc.
+	publishProc
+	// publishTemp writes a file under a temporary name, links it to its
+	// address's name and removes the temporary name: two more directory
+	// changes, and a temporary file that a crash can leave for Open to remove.
+	publishTemp
+)
+
+// claimFile is a claim file written in full but not yet published.
+type claimFile struct {
+	fd  int    // open for writing; reports the file's state once published
+	tmp string // its temporary name, or "" for an unnamed O_TMPFILE inode
+}
+
+// writeClaim writes data to a new claim file, not yet published, with its
+// modification time set to mtime unless mtime is zero and, with Sync,
+// fsynced. The caller publishes it with publish and closes f.fd.
+func (s *Store) writeClaim(data []byte, mtime time.Time) (claimFile, error) {
+	if s.publishing.Load() < publishTemp {
+		fd, err := openFile(s.dir, oTmpfile|syscall.O_WRONLY|syscall.O_CLOEXEC, 0o600)
+		switch {
+		case err == nil:
+			if err := s.fill(fd, s.dir, data, mtime); err != nil {
+				syscall.Close(fd) // the inode has no name: closing frees it
+				return claimFile{}, err
+			}
+			return claimFile{fd: fd}, nil
+		case errors.Is(err, syscall.EOPNOTSUPP), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.EINVAL):
+			// The filesystem (EOPNOTSUPP) or the kernel (before 3.11) has
+			// no O_TMPFILE.
+			s.publishing.Store(publishTemp)
+		default:
+			return claimFile{}, err
+		}
+	}
+	tmp, fd, err := s.writeTemp(data, mtime)
+	if err != nil {
+		return claimFile{}, err
+	}
+	return claimFile{fd: fd, tmp: tmp}, nil
+}
+
+// errUnnamed is returned by publish when the kernel will not name an unnamed
+// inode: the caller writes the claim again under a temporary name.
+var errUnnamed = errors.New("cannot link an O_TMPFILE file")
+
+// publish gives the claim file f the name path, which must not exist: link(2)
+// and linkat(2) fail with EEXIST if it does, which publish returns as
+// syscall.EEXIST. A temporary name is removed whatever happens; should that
+// fail, the claim stands with a second name that the next Open removes.
+func (s *Store) publish(f claimFile, path string) error {
+	if f.tmp != "" {
+		err := retryEINTR(func() error { return syscall.Link(f.tmp, path) })
+		syscall.Unlink(f.tmp)
+		if err != nil && err != syscall.EEXIST {
+			return &os.LinkError{Op: "link", Old: f.tmp, New: path, Err: err}
+		}
+		return err
+	}
+	for {
+		var err error
+		switch mode := s.publishing.Load(); mode {
+		case publishEmptyPath:
+			err = linkat(f.fd, "", atFDCWD, path, atEmptyPath)
+			if err == syscall.ENOENT || err == syscall.EPERM {
+				// Not allowed to name a descriptor: try /proc.
+				s.publishing.CompareAndSwap(mode, publishProc)
+				continue
+			}
+		case publishProc:
+			err = linkat(atFDCWD, "/proc/self/fd/"+strconv.Itoa(f.fd), atFDCWD, path, atSymlinkFollow)
+			if err == syscall.ENOENT || err == syscall.EPERM || err == syscall.EACCES {
+				// No /proc, or not ours to use.
+				s.publishing.CompareAndSwap(mode, publishTemp)
+				return errUnnamed
+			}
+		default:
+			return errUnnamed
+		}
+		if err != nil && err != syscall.EEXIST {
+			return &os.LinkError{Op: "linkat", Old: "O_TMPFILE", New: path, Err: err}
+		}
+		return err
+	}
+}
+
+// Constants of linkat(2) and utimensat(2) that package syscall lacks.
+const (
+	atFDCWD         = -0x64
+	atSymlinkFollow = 0x400
+	atEmptyPath     = 0x1000
+	utimeOmit       = 1<<30 - 2
+)
+
+// linkat is linkat(2), with EINTR retried.
+func linkat(olddirfd int, oldpath string, newdirfd int, newpath string, flags int) error {
+	old, err := syscall.BytePtrFromString(oldpath)
+	if err != nil {
+		return err
+	}
+	nw, err := syscall.BytePtrFromString(newpath)
+	if err != nil {
+		return err
+	}
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_LINKAT, uintptr(olddirfd), uintptr(unsafe.Pointer(old)),
+			uintptr(newdirfd), uintptr(unsafe.Pointer(nw)), uintptr(flags), 0)
+		switch errno {
+		case 0:
+			return nil
+		case syscall.EINTR:
+			continue
+		}
+		return errno
+	}
+}
+
+// futimens sets the modification time of the open file fd to mtime, leaving
+// its access time, with EINTR retried.
+func futimens(fd int, mtime time.Time) error {
+	ts := [2]syscall.Timespec{{Nsec: utimeOmit}, syscall.NsecToTimespec(mtime.UnixNano())}
+	for {
+		// utimensat(fd, NULL, times, 0) is futimens(fd, times).
+		_, _, errno := syscall.Syscall6(syscall.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+		switch errno {
+		case 0:
+			return nil
+		case syscall.EINTR:
+			continue
+		}
+		return errno
+	}
 }
 
 // syncDir fsyncs the directory if the Store was opened with Sync, so that a
