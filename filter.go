@@ -362,8 +362,10 @@ func (s *Subject) Check(p *Pool, family int) (Rejection, bool) {
 	if p == nil {
 		return Rejection{Reason: ReasonNotFound, Message: "no such pool"}, true
 	}
-	reject := func(r Reason, format string, args ...any) (Rejection, bool) {
-		return Rejection{Pool: p.Name, Reason: r, Message: fmt.Sprintf(format, args...)}, true
+	// Messages are built by concatenation, not fmt: with many pools filtered
+	// per request (one pool per node, say), building them is most of the cost.
+	reject := func(r Reason, msg string) (Rejection, bool) {
+		return Rejection{Pool: p.Name, Reason: r, Message: msg}, true
 	}
 	switch {
 	case p.Terminating:
@@ -373,37 +375,40 @@ func (s *Subject) Check(p *Pool, family int) (Rejection, bool) {
 	}
 	if pf := p.Family(); family != 0 && pf != family {
 		if pf == 0 {
-			return reject(ReasonFamily, "pool of unknown IP family, IPv%d wanted", family)
+			return reject(ReasonFamily, "pool of unknown IP family, IPv"+strconv.Itoa(family)+" wanted")
 		}
-		return reject(ReasonFamily, "IPv%d pool, IPv%d wanted", pf, family)
+		return reject(ReasonFamily, "IPv"+strconv.Itoa(pf)+" pool, IPv"+strconv.Itoa(family)+" wanted")
 	}
 	if len(p.NodeName) > 0 {
 		if !slices.Contains(p.NodeName, s.Node) {
-			return reject(ReasonNodeName, "node %q not in nodeName %v", s.Node, p.NodeName)
+			return reject(ReasonNodeName, "node "+strconv.Quote(s.Node)+" not in nodeName "+bracketed(p.NodeName))
 		}
 	} else if p.NodeAffinity != nil && !p.NodeAffinity.Matches(s.NodeLabels) {
-		return reject(ReasonNodeAffinity, "node %q labels do not match nodeAffinity %s", s.Node, p.NodeAffinity)
+		return reject(ReasonNodeAffinity, "node "+strconv.Quote(s.Node)+" labels do not match nodeAffinity "+p.NodeAffinity.String())
 	}
 	if len(p.NamespaceName) > 0 {
 		if !slices.Contains(p.NamespaceName, s.Namespace) {
-			return reject(ReasonNamespaceName, "namespace %q not in namespaceName %v", s.Namespace, p.NamespaceName)
+			return reject(ReasonNamespaceName, "namespace "+strconv.Quote(s.Namespace)+" not in namespaceName "+bracketed(p.NamespaceName))
 		}
 	} else if p.NamespaceAffinity != nil && !p.NamespaceAffinity.Matches(s.NamespaceLabels) {
-		return reject(ReasonNamespaceAffinity, "namespace %q labels do not match namespaceAffinity %s", s.Namespace, p.NamespaceAffinity)
+		return reject(ReasonNamespaceAffinity, "namespace "+strconv.Quote(s.Namespace)+" labels do not match namespaceAffinity "+p.NamespaceAffinity.String())
 	}
 	if p.PodAffinity != nil && !p.PodAffinity.Matches(s.PodLabels) {
-		return reject(ReasonPodAffinity, "pod labels do not match podAffinity %s", p.PodAffinity)
+		return reject(ReasonPodAffinity, "pod labels do not match podAffinity "+p.PodAffinity.String())
 	}
 	if len(p.MultusName) > 0 {
 		if s.Network == "" {
-			return reject(ReasonMultusName, "interface %s network unknown, multusName %v wanted", s.Interface, p.MultusName)
+			return reject(ReasonMultusName, "interface "+s.Interface+" network unknown, multusName "+bracketed(p.MultusName)+" wanted")
 		}
 		if !slices.Contains(p.MultusName, s.Network) {
-			return reject(ReasonMultusName, "interface %s network %q not in multusName %v", s.Interface, s.Network, p.MultusName)
+			return reject(ReasonMultusName, "interface "+s.Interface+" network "+strconv.Quote(s.Network)+" not in multusName "+bracketed(p.MultusName))
 		}
 	}
 	return Rejection{}, false
 }
+
+// bracketed formats a list as fmt's %v does: "[a b c]".
+func bracketed(xs []string) string { return "[" + strings.Join(xs, " ") + "]" }
 
 // Filter checks every pool (see Check) and returns, in their input order, the
 // pools that pass in a new slice, and the rejections of the others.

@@ -275,16 +275,28 @@ func (s *LabelSelector) String() string {
 		eq  string // value of a match label
 		r   *LabelSelectorRequirement
 	}
-	terms := make([]term, 0, len(s.MatchLabels)+len(s.MatchExpressions))
-	for _, k := range slices.Sorted(maps.Keys(s.MatchLabels)) {
-		terms = append(terms, term{key: k, eq: s.MatchLabels[k]})
+	// Labels first, then expressions, sorted stably by key: a label comes
+	// before the expressions on its key (label keys are unique, so the map's
+	// order does not matter), and expressions keep their order.
+	var buf [8]term
+	terms := buf[:0]
+	size := 0
+	for k, v := range s.MatchLabels {
+		terms = append(terms, term{key: k, eq: v})
+		size += len(k) + len(v) + 2
 	}
 	for i := range s.MatchExpressions {
-		terms = append(terms, term{key: s.MatchExpressions[i].Key, r: &s.MatchExpressions[i]})
+		r := &s.MatchExpressions[i]
+		terms = append(terms, term{key: r.Key, r: r})
+		size += len(r.Key) + 12
+		for _, v := range r.Values {
+			size += len(v) + 1
+		}
 	}
 	slices.SortStableFunc(terms, func(a, b term) int { return cmp.Compare(a.key, b.key) })
 
 	var b strings.Builder
+	b.Grow(size)
 	for i, t := range terms {
 		if i > 0 {
 			b.WriteByte(',')
@@ -315,7 +327,16 @@ func (s *LabelSelector) String() string {
 			b.WriteString(string(t.r.Operator))
 			b.WriteString(" (")
 		}
-		b.WriteString(strings.Join(slices.Sorted(slices.Values(t.r.Values)), ","))
+		values := t.r.Values
+		if !slices.IsSorted(values) {
+			values = slices.Sorted(slices.Values(values))
+		}
+		for j, v := range values {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(v)
+		}
 		b.WriteByte(')')
 	}
 	return b.String()
