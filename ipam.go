@@ -530,7 +530,7 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	for i := range tasks {
 		if c := tasks[i].stale; c != nil {
 			if idx := a.indexFor(c.Pool); idx != nil {
-				if _, err := a.releaseClaim(ctx, idx, c.IP, ownerFilter{id: id}, a.quarantineUntil(now)); err != nil {
+				if _, err := a.releaseClaim(ctx, idx, c.IP, ownerFilter{id: id, iface: c.Owner.Interface}, a.quarantineUntil(now)); err != nil {
 					a.log.Warn("ipam: cannot release the address of a pool no longer chosen", "pool", c.Pool, "ip", c.IP, "err", err)
 				}
 			}
@@ -611,7 +611,7 @@ func (a *Allocator) reuse(ctx context.Context, t *task, id ownerID, owner store.
 		// The index may be stale (a release or a reload raced it, or another
 		// Allocator released the claim): trust the Store only.
 		var err error
-		if c, held, err = a.stillHeld(ctx, h.pool, h.ip, hid); err != nil {
+		if c, held, err = a.stillHeld(ctx, h, hid); err != nil {
 			return &AllocationError{Interface: t.iface, Pool: h.pool.name, IP: h.ip, Err: err, Reason: "store: " + err.Error()}
 		}
 	}
@@ -700,8 +700,7 @@ func (a *Allocator) adopt(ctx context.Context, iface string, idx *poolIndex, c s
 // preferred to one that records no interface (a legacy or imported claim).
 func (a *Allocator) holdingFor(t *task, id ownerID) (holding, bool) {
 	if t.sel == nil {
-		ip, ok := a.held(id, t.iface, t.idx)
-		return holding{pool: t.idx, ip: ip, iface: t.iface}, ok
+		return a.held(id, t.iface, t.idx)
 	}
 	var buf [4]holding
 	var best holding
@@ -1023,25 +1022,33 @@ func placeRequested(ifc Interface, tasks []task) error {
 	return errors.Join(errs...)
 }
 
-// held returns the address id holds for iface in idx, if any.
-func (a *Allocator) held(id ownerID, iface string, idx *poolIndex) (netip.Addr, bool) {
+// held returns what id holds for iface in idx, if anything: the holding of
+// that interface, else one that records no interface (a legacy claim).
+func (a *Allocator) held(id ownerID, iface string, idx *poolIndex) (holding, bool) {
 	a.omu.Lock()
 	defer a.omu.Unlock()
-	hs, ok := a.owners.get(id)
-	if !ok {
-		return netip.Addr{}, false
-	}
+	hs, _ := a.owners.get(id)
+	var legacy holding
+	found := false
 	for i := range hs.n {
-		if h := hs.at(i); h.pool == idx && h.matches(id, iface) {
-			return h.ip, true
+		h := hs.at(i)
+		if h.pool != idx || !h.matches(id, iface) {
+			continue
 		}
+		if h.iface == iface {
+			return h, true
+		}
+		legacy, found = h, true
 	}
-	return netip.Addr{}, false
+	return legacy, found
 }
 
-// stillHeld reports whether the Store still has id's claim on ip, and drops it
-// from the index if not.
-func (a *Allocator) stillHeld(ctx context.Context, idx *poolIndex, ip netip.Addr, id ownerID) (store.Claim, bool, error) {
+// stillHeld reports whether the Store still has id's claim h, for h's
+// interface, and puts the Store's version in the index if not: another
+// Allocator may have released it and given it to someone else, or to another
+// interface of the same owner.
+func (a *Allocator) stillHeld(ctx context.Context, h holding, id ownerID) (store.Claim, bool, error) {
+	idx, ip := h.pool, h.ip
 	c, err := a.store.Get(ctx, idx.name, ip)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -1050,7 +1057,7 @@ func (a *Allocator) stillHeld(ctx context.Context, idx *poolIndex, ip netip.Addr
 		return c, false, nil
 	case err != nil:
 		return c, false, err
-	case identity(c.Owner) != id:
+	case identity(c.Owner) != id || c.Owner.Interface != h.iface:
 		a.dropHolding(id, idx, ip)
 		idx.commit(c)
 		a.addHolding(idx, c)
@@ -1099,16 +1106,16 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 		case err == nil:
 			if !a.record(idx, c, slot) {
 				// A concurrent call for the same owner won: give ours back.
-				if _, err := a.releaseClaim(ctx, idx, c.IP, ownerFilter{id: identity(owner)}, time.Time{}); err != nil {
+				if _, err := a.releaseClaim(ctx, idx, c.IP, ownerFilter{id: identity(owner), iface: iface}, time.Time{}); err != nil {
 					a.log.Warn("ipam: cannot release a duplicate claim", "pool", idx.name, "ip", c.IP, "err", err)
 				}
 				h, _ := a.held(identity(owner), iface, idx)
-				if c, err := a.store.Get(ctx, idx.name, h); err == nil && identity(c.Owner) == identity(owner) {
+				if c, err := a.store.Get(ctx, idx.name, h.ip); err == nil && identity(c.Owner) == identity(owner) {
 					if err := a.adopt(ctx, iface, idx, c, identity(owner), owner); err != nil {
 						return netip.Addr{}, false, err
 					}
 				}
-				return h, true, nil
+				return h.ip, true, nil
 			}
 			return ip, false, nil
 		case errors.Is(err, store.ErrExists):
@@ -1449,7 +1456,7 @@ func (a *Allocator) ReleaseAt(ctx context.Context, owner store.Owner, now time.T
 	}
 	var errs []error
 	for _, h := range held {
-		if _, err := a.releaseClaim(ctx, h.pool, h.ip, ownerFilter{id, uid}, a.quarantineUntil(now)); err != nil {
+		if _, err := a.releaseClaim(ctx, h.pool, h.ip, ownerFilter{id, uid, owner.Interface}, a.quarantineUntil(now)); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -1457,10 +1464,12 @@ func (a *Allocator) ReleaseAt(ctx context.Context, owner store.Owner, now time.T
 }
 
 // ownerFilter limits a release to claims of one identity and, if uid is set,
-// of one pod UID.
+// of one pod UID, and if iface is set, of that interface or of none (a legacy
+// claim).
 type ownerFilter struct {
-	id  ownerID
-	uid string
+	id    ownerID
+	uid   string
+	iface string
 }
 
 // lookup appends to out the holdings of id for iface ("" for all), with
@@ -1619,7 +1628,7 @@ func (a *Allocator) releaseClaim(ctx context.Context, idx *poolIndex, ip netip.A
 			// The pod of that name now is another one: leave its claim.
 			return true, nil
 		}
-		if only != (ownerID{}) && identity(c.Owner) != only {
+		if only != (ownerID{}) && (identity(c.Owner) != only || filter.iface != "" && c.Owner.Interface != "" && c.Owner.Interface != filter.iface) {
 			// Someone else holds it now: learn that, release nothing.
 			a.dropHolding(only, idx, ip)
 			idx.commit(c)

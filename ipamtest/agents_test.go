@@ -190,3 +190,43 @@ func TestSimAgents(t *testing.T) {
 		t.Logf("%d of %d seeds failed", failed, len(seeds))
 	}
 }
+
+// A StatefulSet pod with two interfaces, re-created on the node of an
+// Allocator whose owner index is stale, must get each interface's own address
+// back, not one address twice. Library bug: the index of the second Allocator
+// still said the pod's eth0 held an address that the pod's net1 had since
+// claimed through the first Allocator; the check against the Store compared
+// the owner but not the interface, so eth0 took net1's address. Found by
+// TestSimAgents (seed 1207) once the simulator gave pods a second interface.
+func TestAgentsStableTwoInterfaces(t *testing.T) {
+	ctx := context.Background()
+	as, _ := agents(t, 2, 0,
+		ipamtest.V4Pool("a", "10.0.0.0/24", ipamtest.Span("10.0.0.10", "10.0.0.19"), ipamtest.OnNodes("n0"), ipamtest.Strategy(ipam.LowestFree)),
+		ipamtest.V4Pool("b", "10.0.1.0/24", ipamtest.Span("10.0.1.10", "10.0.1.19"), ipamtest.Strategy(ipam.LowestFree)))
+	a, b := as[0], as[1]
+	db0 := ipamtest.NewPod("default", "db-0").StatefulSet().
+		Annotation(ipam.AnnotationIPPools, `[{"interface":"eth0","ipv4":["a","b"]},{"interface":"net1","ipv4":["b"]}]`).
+		Interface("eth0").Interface("net1")
+	byIface := func(res ipam.Result, err error) map[string]string {
+		t.Helper()
+		require.NoError(t, err)
+		out := map[string]string{}
+		for _, c := range res.IPs {
+			require.NotContains(t, out, c.Interface, "two addresses for %s in %v", c.Interface, res.IPs)
+			out[c.Interface] = c.Pool + " " + c.Address.Addr().String()
+		}
+		return out
+	}
+	// On n3, pool a (n0 only) is filtered: eth0 and net1 both get b's.
+	require.Equal(t, map[string]string{"eth0": "b 10.0.1.10", "net1": "b 10.0.1.11"},
+		byIface(b.AllocateAt(ctx, db0.UID("uid-1").Node("n3").Request(), t0)))
+	// The member goes away through a: b does not see the release.
+	require.NoError(t, a.ReleaseAt(ctx, db0.UID("uid-1").Owner(), t0.Add(time.Second)))
+	// It comes back on n0 through a: eth0 gets a's first address, net1 b's
+	// first, which b still thinks eth0 holds.
+	require.Equal(t, map[string]string{"eth0": "a 10.0.0.10", "net1": "b 10.0.1.10"},
+		byIface(a.AllocateAt(ctx, db0.UID("uid-2").Node("n0").Request(), t0.Add(2*time.Second))))
+	// Re-created on n3 through b, it gets both back, each for its interface.
+	require.Equal(t, map[string]string{"eth0": "a 10.0.0.10", "net1": "b 10.0.1.10"},
+		byIface(b.AllocateAt(ctx, db0.UID("uid-3").Node("n3").Request(), t0.Add(3*time.Second))))
+}

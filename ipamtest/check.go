@@ -210,7 +210,7 @@ func (s *Sim) checkClaim(k claimKey, c *store.Claim) {
 	case h == nil:
 		s.fail(InvariantStore, "the store has a claim on %s by %s, which no pod or StatefulSet member holds", k, c.Owner)
 	default:
-		if why := h.ownerMismatch(c.Owner); why != "" {
+		if why := h.ownerMismatch(k, c.Owner); why != "" {
 			inv := InvariantStore
 			if h.live() {
 				inv = InvariantUnique
@@ -220,13 +220,13 @@ func (s *Sim) checkClaim(k claimKey, c *store.Claim) {
 	}
 }
 
-// ownerMismatch says why o cannot be the owner of h's claims, or "".
-func (h *holder) ownerMismatch(o store.Owner) string {
+// ownerMismatch says why o cannot be the owner of h's claim on k, or "".
+func (h *holder) ownerMismatch(k claimKey, o store.Owner) string {
 	switch {
 	case o.Namespace != h.w.ns.Name || o.Name != h.name:
 		return "another pod name"
-	case o.Interface != "eth0":
-		return fmt.Sprintf("interface %q, not eth0", o.Interface)
+	case o.Interface != h.iface[k]:
+		return fmt.Sprintf("interface %q, not %s", o.Interface, h.iface[k])
 	case o.Stable != h.w.stable:
 		return fmt.Sprintf("stable %t, want %t", o.Stable, h.w.stable)
 	case !h.w.stable && o.UID != h.uid:

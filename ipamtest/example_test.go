@@ -62,20 +62,20 @@ func ExampleSim() {
 		fmt.Println(line)
 	}
 	// Output:
-	// step 1 +856ms scale-up: team/db0 to 1 replicas
-	// step 2 +40.694s advance: +39s
-	// step 3 +41.014s node-fail: n0 NotReady
-	// step 4 +51.684s advance: +10s
-	// step 5 +52.324s create default/web0-aaaaa (uid u000001) on n1: v4-b 10.0.1.10, v6-a fd00:0:0:1::10
-	// step 6 +52.617s create default/web0-aaaab (uid u000002) on n1: v4-b 10.0.1.11, v6-a fd00:0:0:1::11
-	// step 7 +52.975s create team/db0-0 (uid u000003) on n1: v4-b 10.0.1.12, v6-a fd00:0:0:1::12
-	// step 8 +1m50.486s advance: +57s
-	// step 9 +1m50.766s node-recover: n0 Ready
-	// step 10 +1m50.949s recreate team/db0-0 (uid u000003) on n1: deleted, DEL lost
-	// step 10 +1m50.949s recreate team/db0-0 (uid u000004) on n1: v4-b 10.0.1.12, v6-a fd00:0:0:1::12 (reused)
-	// step 11 +1m51.756s create default/web1-aaaaa (uid u000005) on n1: v4-b 10.0.1.13, v6-a fd00:0:0:1::13
-	// step 12 +1m52.323s restart default/web1-aaaaa (uid u000005) on n1: v4-b 10.0.1.13, v6-a fd00:0:0:1::13 (reused)
-	// step 13 +4m22.323s settle: clock +2m30s
-	// step 13 +4m22.323s gc: 8 claims
-	// step 13 +4m22.323s gc: 8 claims
+	// step 1 +636ms create team/db0-1 (uid u000001) on n3: v4-a 10.0.0.10
+	// step 2 +837ms create team/db0-0 (uid u000002) on n0: v4-a 10.0.0.11
+	// step 3 +954ms create team/web1-aaaaa (uid u000003) on n3: v4-a 10.0.0.12, v6-a fd00:0:0:1::10
+	// step 4 +1.577s create team/db0-2 (uid u000004) on n1: v4-a 10.0.0.13
+	// step 5 +2.512s create default/web0-aaaaa (uid u000005) on n1: v4-b 10.0.1.10, v6-a fd00:0:0:1::11
+	// step 6 +3.186s delete team/db0-0 (uid u000002) on n0: DEL keeps the addresses of a valid StatefulSet member
+	// step 7 +4.096s delete default/web0-aaaaa (uid u000005) on n1: DEL released 2
+	// step 8 +1m4.358s advance: +1m0s
+	// step 9 +1m5.093s restart team/web1-aaaaa (uid u000003) on n3: v4-a 10.0.0.12, v6-a fd00:0:0:1::10 (reused)
+	// step 10 +1m5.615s create team/db0-0 (uid u000006) on n3: v4-a 10.0.0.11 (reused)
+	// step 11 +1m5.725s scale-down: team/db0 to 2 replicas
+	// step 11 +1m5.725s scale-down team/db0-2 (uid u000004) on n1: deleted, DEL released 1
+	// step 12 +1m6.188s create team/web1-aaaab (uid u000007) on n2: v4-a 10.0.0.14, v6-a fd00:0:0:1::12
+	// step 13 +3m36.188s settle: clock +2m30s
+	// step 13 +3m36.188s gc: 6 claims
+	// step 13 +3m36.188s gc: 6 claims
 }

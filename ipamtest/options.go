@@ -121,6 +121,12 @@ type SimOptions struct {
 	// MaxReplicas bounds a StatefulSet's replicas; zero means 4. Each starts
 	// at a random count up to it.
 	MaxReplicas int
+	// SecondNIC is the share, in percent, of the Deployments and StatefulSets
+	// that name their pools (in the request, or with the ippools annotation)
+	// whose pods have a second interface, net1, with pools of its own (maybe
+	// the same as eth0's: two addresses of one pool). Zero means 30, negative
+	// means none.
+	SecondNIC int
 	// Mix weighs the events; the zero Mix means DefaultMix().
 	Mix Mix
 	// Quarantine is the Allocator's quarantine (ipam.Options.Quarantine).
@@ -163,6 +169,9 @@ func (o SimOptions) Validate() error {
 	}
 	if err := o.GC.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if o.SecondNIC > 100 {
+		errs = append(errs, fmt.Errorf("ipamtest: sim options: SecondNIC is over 100 percent: %d", o.SecondNIC))
 	}
 	if o.MaxPods < 0 || o.MaxReplicas < 0 {
 		errs = append(errs, fmt.Errorf("ipamtest: sim options: negative MaxPods %d or MaxReplicas %d", o.MaxPods, o.MaxReplicas))

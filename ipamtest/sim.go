@@ -141,7 +141,8 @@ type workload struct {
 	annot  map[string]string
 	labels map[string]string
 	// families is how many addresses a pod gets (one per pool named, or
-	// per family selected); allowed lists the pools it may get them from.
+	// per interface and family selected); allowed lists the pools it may
+	// get them from, whatever the interface.
 	families int
 	allowed  map[string]bool
 
@@ -161,6 +162,7 @@ type holder struct {
 	uid   string // the UID of the pod that claimed; for stable members, the latest
 	pod   *simPod
 	addrs []claimKey
+	iface map[claimKey]string // the interface each of addrs serves
 }
 
 func (h *holder) String() string {
@@ -222,6 +224,7 @@ func NewSim(seed uint64, opts SimOptions) (*Sim, error) {
 	defInt(&opts.StatefulSets, 1)
 	defInt(&opts.MaxPods, 4)
 	defInt(&opts.MaxReplicas, 4)
+	defInt(&opts.SecondNIC, 30)
 	defInt(&opts.CheckEvery, 32)
 	defInt(&opts.Agents, 1)
 	opts.Agents = max(opts.Agents, 1)
@@ -363,24 +366,43 @@ func (s *Sim) buildWorkloads() {
 		if w.mode == modeNamespace || (w.mode != modeDefault && r.IntN(2) == 0) {
 			w.ns = team
 		}
-		switch w.mode {
-		case modeExplicit:
-			chosen := pick(1)
-			var pools []string
-			for _, f := range fams {
-				pools = append(pools, chosen[f]...)
-			}
-			w.ifaces = []ipam.Interface{{Name: "eth0", Pools: pools}}
-		case modeAnnotation:
-			chosen := pick(2)
+		nics := []string{"eth0"}
+		if r.IntN(100) < s.opts.SecondNIC {
+			nics = append(nics, "net1")
+		}
+		// families lists the pools of one interface as JSON members:
+		// "ipv4":[...],"ipv6":[...].
+		families := func(chosen map[int][]string) string {
 			var parts []string
 			for _, f := range fams {
 				if l := chosen[f]; len(l) > 0 {
 					parts = append(parts, fmt.Sprintf("%q:%s", fmt.Sprintf("ipv%d", f), poolList(l)))
 				}
 			}
-			w.annot = map[string]string{ipam.AnnotationIPPool: "{" + strings.Join(parts, ",") + "}"}
-			w.ifaces = []ipam.Interface{{Name: "eth0"}}
+			return strings.Join(parts, ",")
+		}
+		switch w.mode {
+		case modeExplicit:
+			for _, nic := range nics {
+				chosen := pick(1)
+				var pools []string
+				for _, f := range fams {
+					pools = append(pools, chosen[f]...)
+				}
+				w.ifaces = append(w.ifaces, ipam.Interface{Name: nic, Pools: pools})
+			}
+		case modeAnnotation:
+			if len(nics) == 1 {
+				w.annot = map[string]string{ipam.AnnotationIPPool: "{" + families(pick(2)) + "}"}
+				w.ifaces = []ipam.Interface{{Name: "eth0"}}
+				break
+			}
+			var entries []string
+			for _, nic := range nics {
+				entries = append(entries, fmt.Sprintf(`{"interface":%q,%s}`, nic, families(pick(2))))
+				w.ifaces = append(w.ifaces, ipam.Interface{Name: nic})
+			}
+			w.annot = map[string]string{ipam.AnnotationIPPools: "[" + strings.Join(entries, ",") + "]"}
 		default:
 			w.ifaces = []ipam.Interface{{Name: "eth0"}}
 		}
@@ -396,9 +418,11 @@ func (s *Sim) buildWorkloads() {
 func (s *Sim) resolve(w *workload) {
 	w.allowed = map[string]bool{}
 	if w.mode == modeExplicit {
-		w.families = len(w.ifaces[0].Pools)
-		for _, p := range w.ifaces[0].Pools {
-			w.allowed[p] = true
+		for _, ifc := range w.ifaces {
+			w.families += len(ifc.Pools)
+			for _, p := range ifc.Pools {
+				w.allowed[p] = true
+			}
 		}
 		return
 	}
@@ -712,8 +736,10 @@ func (s *Sim) add(p *simPod, ev Event) {
 	}
 	s.stats.Allocations++
 	got := make([]claimKey, len(res.IPs))
+	ifaces := make(map[claimKey]string, len(res.IPs))
 	for i, c := range res.IPs {
 		got[i] = claimKey{c.Pool, c.Address.Addr()}
+		ifaces[got[i]] = c.Interface
 	}
 	s.record(entry{ev: ev, pod: p, keys: got, note: reusedNote(res)})
 	s.marked = append(s.marked, got...)
@@ -761,7 +787,14 @@ func (s *Sim) add(p *simPod, ev Event) {
 	for _, k := range held {
 		delete(s.index, k)
 	}
+	for _, k := range held {
+		if ifaces[k] != h.iface[k] {
+			s.fail(InvariantIdempotent, "CNI ADD of %s returned %s for interface %s, which it held for %s", p, k, ifaces[k], h.iface[k])
+			return
+		}
+	}
 	h.addrs = append(h.addrs[:0], got...)
+	h.iface = ifaces
 	for _, k := range got {
 		s.index[k] = h
 	}
