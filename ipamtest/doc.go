@@ -37,7 +37,10 @@
 // pods of StatefulSets are named <set>-<ordinal> and ask as stable owners
 // (ipam.Request.Stable). Each workload names its pools in one of four ways,
 // drawn from the seed: explicit Interface.Pools, the ippool annotation, its
-// namespace's default pools, or the cluster default pools. The plugin calls
+// namespace's default pools, or the cluster default pools; some of those
+// that name their pools (in the request or with the ippools annotation) give
+// their pods a second interface, net1 (SimOptions.SecondNIC), and the model
+// checks each address against the interface it serves. The plugin calls
 // AllocateAt on CNI ADD, and on CNI DEL calls ReleaseAt, except for a
 // StatefulSet pod that is still a valid member of its set, whose addresses
 // are kept for its next incarnation (Spiderpool's agent skips that release).
