@@ -1663,10 +1663,14 @@ type poolIndex struct {
 	tree       *usedTree
 	quarantine []quarantined            // releases still kept, in the order they came
 	quarUntil  map[netip.Addr]time.Time // each quarantined address and its latest end
-	cursor     netip.Addr
-	next       u128    // where round-robin resumes: the ordinal after cursor
-	nextLay    *layout // the layout next is an ordinal of; nil: work it out
-	lastSync   time.Time
+	// lent is each address a request took out of quarantine, and when its
+	// quarantine was to end: if the address is given back (the request
+	// failed, or its claim is released), the quarantine resumes.
+	lent     map[netip.Addr]time.Time
+	cursor   netip.Addr
+	next     u128    // where round-robin resumes: the ordinal after cursor
+	nextLay  *layout // the layout next is an ordinal of; nil: work it out
+	lastSync time.Time
 }
 
 func newPoolIndex(name string) *poolIndex { return &poolIndex{name: name} }
@@ -1794,15 +1798,22 @@ type quarantined struct {
 // retire records that ip is no longer claimed: at once if until is zero,
 // else it stays marked used until then. An address released again while in
 // quarantine (another Allocator handed it out meanwhile) stays until the later
-// end. Releases usually arrive in order of their end times; one that does not
-// waits for those queued before it, which only ever lengthens a quarantine.
+// end, and so does one that a request took out of quarantine. Releases usually
+// arrive in order of their end times; one that does not waits for those queued
+// before it, which only ever lengthens a quarantine.
 func (idx *poolIndex) retire(ip netip.Addr, until time.Time) {
-	if until.IsZero() {
-		idx.forget(ip)
-		return
-	}
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
+	if end, ok := idx.lent[ip]; ok {
+		delete(idx.lent, ip)
+		if end.After(until) {
+			until = end
+		}
+	}
+	if until.IsZero() {
+		idx.forgetLocked(ip)
+		return
+	}
 	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
 		idx.tree.set(o)
 		idx.quarantine = append(idx.quarantine, quarantined{ip, until})
@@ -1836,20 +1847,30 @@ func (idx *poolIndex) drain(now time.Time) {
 }
 
 // unquarantine takes ip out of quarantine, reporting whether it was there; its
-// mark stays, for the caller now holds it. Called with mu held.
+// mark stays, for the caller now holds it, and the end of its quarantine is
+// kept in case the caller gives it back (see retire). Called with mu held.
 func (idx *poolIndex) unquarantine(ip netip.Addr) bool {
-	if _, ok := idx.quarUntil[ip]; !ok {
+	end, ok := idx.quarUntil[ip]
+	if !ok {
 		return false
 	}
 	delete(idx.quarUntil, ip)
+	if idx.lent == nil {
+		idx.lent = make(map[netip.Addr]time.Time)
+	}
+	idx.lent[ip] = end
 	return true
 }
 
 // forget records that ip is no longer claimed. An address in quarantine
-// stays marked until its quarantine ends.
+// stays marked until its quarantine ends, and one a request took out of
+// quarantine goes back into it.
 func (idx *poolIndex) forget(ip netip.Addr) {
-	idx.mu.Lock()
-	defer idx.mu.Unlock()
+	idx.retire(ip, time.Time{})
+}
+
+// forgetLocked is forget with mu held, for an address not lent.
+func (idx *poolIndex) forgetLocked(ip netip.Addr) {
 	if _, ok := idx.quarUntil[ip]; ok {
 		return
 	}

@@ -127,6 +127,11 @@ type SimOptions struct {
 	// the same as eth0's: two addresses of one pool). Zero means 30, negative
 	// means none.
 	SecondNIC int
+	// Requested is the share, in percent, of the Deployments that name their
+	// pools in the request whose pods also request one address of the first
+	// of them (ipam.Interface.IPs), so that they compete for it. Zero means 25,
+	// negative means none.
+	Requested int
 	// Mix weighs the events; the zero Mix means DefaultMix().
 	Mix Mix
 	// Quarantine is the Allocator's quarantine (ipam.Options.Quarantine).
@@ -170,8 +175,8 @@ func (o SimOptions) Validate() error {
 	if err := o.GC.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if o.SecondNIC > 100 {
-		errs = append(errs, fmt.Errorf("ipamtest: sim options: SecondNIC is over 100 percent: %d", o.SecondNIC))
+	if o.SecondNIC > 100 || o.Requested > 100 {
+		errs = append(errs, fmt.Errorf("ipamtest: sim options: SecondNIC %d or Requested %d is over 100 percent", o.SecondNIC, o.Requested))
 	}
 	if o.MaxPods < 0 || o.MaxReplicas < 0 {
 		errs = append(errs, fmt.Errorf("ipamtest: sim options: negative MaxPods %d or MaxReplicas %d", o.MaxPods, o.MaxReplicas))

@@ -145,6 +145,10 @@ type workload struct {
 	// get them from, whatever the interface.
 	families int
 	allowed  map[string]bool
+	// want is the address a Deployment's pods request for their first
+	// interface, from its first pool, if any: pods of the same Deployment
+	// then compete for it, and all but one fail with ErrUnavailable.
+	want netip.Addr
 
 	// Deployments.
 	maxPods, live, seq int
@@ -225,6 +229,7 @@ func NewSim(seed uint64, opts SimOptions) (*Sim, error) {
 	defInt(&opts.MaxPods, 4)
 	defInt(&opts.MaxReplicas, 4)
 	defInt(&opts.SecondNIC, 30)
+	defInt(&opts.Requested, 25)
 	defInt(&opts.CheckEvery, 32)
 	defInt(&opts.Agents, 1)
 	opts.Agents = max(opts.Agents, 1)
@@ -391,6 +396,11 @@ func (s *Sim) buildWorkloads() {
 				}
 				w.ifaces = append(w.ifaces, ipam.Interface{Name: nic, Pools: pools})
 			}
+			if !w.sts && r.IntN(100) < s.opts.Requested {
+				if w.want = s.someAddress(w.ifaces[0].Pools[0]); w.want.IsValid() {
+					w.ifaces[0].IPs = []netip.Addr{w.want}
+				}
+			}
 		case modeAnnotation:
 			if len(nics) == 1 {
 				w.annot = map[string]string{ipam.AnnotationIPPool: "{" + families(pick(2)) + "}"}
@@ -412,6 +422,28 @@ func (s *Sim) buildWorkloads() {
 			s.sets = append(s.sets, w)
 		}
 	}
+}
+
+// someAddress returns an address of the first range of the named pool, drawn
+// from the seed among its first 64, or the zero Addr if there is none.
+func (s *Sim) someAddress(pool string) netip.Addr {
+	p, ok := s.cat.Pool(pool)
+	if !ok {
+		return netip.Addr{}
+	}
+	rs, err := p.RangeSet()
+	if err != nil || len(rs) == 0 {
+		return netip.Addr{}
+	}
+	n := 1
+	for a := rs[0].Start; a != rs[0].End && n < 64; a = a.Next() {
+		n++
+	}
+	a := rs[0].Start
+	for range s.rng.IntN(n) {
+		a = a.Next()
+	}
+	return a
 }
 
 // resolve works out how many addresses w's pods get and from which pools.
@@ -720,7 +752,8 @@ func (s *Sim) add(p *simPod, ev Event) {
 	res, err := s.agents[p.node.agent].AllocateAt(s.ctx, p.req, s.now)
 	s.marked = append(s.marked, held...)
 	if err != nil {
-		legit := errors.Is(err, ipam.ErrExhausted) || errors.Is(err, ipam.ErrNoCandidates)
+		legit := errors.Is(err, ipam.ErrExhausted) || errors.Is(err, ipam.ErrNoCandidates) ||
+			h.w.want.IsValid() && errors.Is(err, ipam.ErrUnavailable) && !repeat
 		s.record(entry{ev: ev, pod: p, note: "ADD failed: " + errClass(err)})
 		switch {
 		case !legit:
@@ -774,7 +807,8 @@ func (s *Sim) add(p *simPod, ev Event) {
 			s.fail(InvariantStore, "%s got %s marked reused, but held no claim on it", p, k)
 			return
 		}
-		if r, ok := s.released[k]; ok && r.agent == p.node.agent && s.now.Before(r.at.Add(s.opts.Quarantine)) {
+		if r, ok := s.released[k]; ok && r.agent == p.node.agent && s.now.Before(r.at.Add(s.opts.Quarantine)) && k.ip != h.w.want {
+			// (A requested address is handed out even in quarantine.)
 			s.fail(InvariantQuarantine, "%s got %s at %s from agent %d, which released it at %s, within the quarantine of %v",
 				p, k, s.offset(s.now), r.agent, s.offset(r.at), s.opts.Quarantine)
 			return
@@ -1144,6 +1178,8 @@ func errClass(err error) string {
 		return "exhausted"
 	case errors.Is(err, ipam.ErrNoCandidates):
 		return "no pool can serve"
+	case errors.Is(err, ipam.ErrUnavailable):
+		return "requested address unavailable"
 	}
 	return err.Error()
 }
