@@ -28,7 +28,9 @@
 //     the options TestSim uses.
 //   - An Allocate that ends in ipam.ErrExhausted or ipam.ErrNoCandidates is a
 //     legitimate outcome in a simulation (pools are kept small so that they
-//     fill up); any other error from the library is a violation.
+//     fill up), and so is ipam.ErrUnavailable for a pod that requests an
+//     address another holds; any other error from the library is a
+//     violation.
 //
 // # What the simulator models
 //
@@ -40,7 +42,9 @@
 // namespace's default pools, or the cluster default pools; some of those
 // that name their pools (in the request or with the ippools annotation) give
 // their pods a second interface, net1 (SimOptions.SecondNIC), and the model
-// checks each address against the interface it serves. The plugin calls
+// checks each address against the interface it serves; and some
+// Deployments' pods request one address (SimOptions.Requested), competing
+// for it. The plugin calls
 // AllocateAt on CNI ADD, and on CNI DEL calls ReleaseAt, except for a
 // StatefulSet pod that is still a valid member of its set, whose addresses
 // are kept for its next incarnation (Spiderpool's agent skips that release).
