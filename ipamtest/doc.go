@@ -50,7 +50,10 @@
 // are kept for its next incarnation (Spiderpool's agent skips that release).
 // A lost DEL leaves the claims for garbage collection, which the simulator
 // runs with a snapshot of its own pod model (phases, deletion timestamps,
-// grace periods, node readiness, HasIPs, controller kind, replicas). With
+// grace periods, node readiness, HasIPs, controller kind, replicas). Pools
+// may be redefined as the run goes (EventRedefine: disabled, terminating, a
+// nodeName), served then through a PoolSource that changes rather than a
+// Catalog, and new addresses must follow the definition of the moment. With
 // SimOptions.Agents above one, several Allocators share the Store, one per
 // group of nodes, as the agents of a cluster's nodes do.
 //

@@ -71,11 +71,10 @@ func ExampleSim() {
 	// step 7 +1m3.722s advance: +1m0s
 	// step 8 +1m4.457s restart team/web1-aaaaa (uid u000002) on n3: v4-a 10.0.0.10, v6-a fd00:0:0:1::11 (reused)
 	// step 9 +1m4.979s create default/web0-aaaac (uid u000005) on n3: v4-c 10.0.2.11, v6-a fd00:0:0:1::14
-	// step 10 +1m5.089s scale-down: default/db0 to 0 replicas
-	// step 10 +1m5.089s scale-down default/db0-0 (uid u000003) on n1: deleted, DEL released 3
+	// step 10 +1m5.089s delete default/db0-0 (uid u000003) on n1: DEL keeps the addresses of a valid StatefulSet member
 	// step 11 +1m5.552s create team/web1-aaaab (uid u000006) on n2: v4-a 10.0.0.12, v6-a fd00:0:0:1::15
 	// step 12 +1m5.942s create team/web1-aaaac (uid u000007) on n1: v4-a 10.0.0.13, v6-a fd00:0:0:1::16
 	// step 13 +3m35.942s settle: clock +2m30s
-	// step 13 +3m35.942s gc: 8 claims
-	// step 13 +3m35.942s gc: 8 claims
+	// step 13 +3m35.942s gc: 11 claims
+	// step 13 +3m35.942s gc: 11 claims
 }

@@ -55,13 +55,18 @@ const (
 	EventAdvance
 	// EventGC runs Allocator.CollectGarbage with a snapshot of the pod model.
 	EventGC
+	// EventRedefine replaces one pool's definition, as an edit of a
+	// SpiderIPPool does: it is disabled or enabled, starts or stops
+	// terminating, or gets or loses a nodeName. Addresses it has handed out
+	// stay; new ones follow the new definition.
+	EventRedefine
 
 	numEvents
 )
 
 var eventNames = [numEvents]string{
 	"create", "delete", "delete-lost-del", "restart", "recreate", "scale-up", "scale-down",
-	"node-fail", "node-recover", "agent-restart", "advance", "gc",
+	"node-fail", "node-recover", "agent-restart", "advance", "gc", "redefine",
 }
 
 // String returns the event's name, such as "delete-lost-del".
@@ -80,7 +85,7 @@ func (e Event) String() string {
 type Mix struct {
 	Create, Delete, DeleteLost, Restart, Recreate int
 	ScaleUp, ScaleDown, NodeFail, NodeRecover     int
-	AgentRestart, Advance, GC                     int
+	AgentRestart, Advance, GC, Redefine           int
 }
 
 // DefaultMix returns the weights a Sim uses when SimOptions.Mix is zero.
@@ -88,14 +93,14 @@ func DefaultMix() Mix {
 	return Mix{
 		Create: 24, Delete: 10, DeleteLost: 4, Restart: 12, Recreate: 8,
 		ScaleUp: 4, ScaleDown: 4, NodeFail: 1, NodeRecover: 2,
-		AgentRestart: 1, Advance: 8, GC: 4,
+		AgentRestart: 1, Advance: 8, GC: 4, Redefine: 2,
 	}
 }
 
 func (m Mix) weights() [numEvents]int {
 	return [numEvents]int{
 		m.Create, m.Delete, m.DeleteLost, m.Restart, m.Recreate, m.ScaleUp, m.ScaleDown,
-		m.NodeFail, m.NodeRecover, m.AgentRestart, m.Advance, m.GC,
+		m.NodeFail, m.NodeRecover, m.AgentRestart, m.Advance, m.GC, m.Redefine,
 	}
 }
 
@@ -267,5 +272,12 @@ func RandomOptions(seed uint64) SimOptions {
 		o.GC.ClockSkew = [...]time.Duration{time.Second, 10 * time.Second}[r.IntN(2)]
 	}
 	o.GC.DisableStatefulSet = r.IntN(10) == 0
+	if r.IntN(2) == 0 {
+		// Half the seeds never redefine a pool, so that the Allocators
+		// serve a Catalog, which never changes, rather than a PoolSource
+		// that may.
+		o.Mix = DefaultMix()
+		o.Mix.Redefine = 0
+	}
 	return o
 }

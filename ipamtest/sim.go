@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ipamkit/ipam"
@@ -29,7 +31,8 @@ type Sim struct {
 	seed   uint64
 	opts   SimOptions // with defaults filled in
 	rng    *rand.Rand
-	cat    *ipam.Catalog
+	cat    *ipam.Catalog // the pools as they are defined now
+	src    *swapSource   // serves cat to the Allocators when pools may be redefined
 	st     *trackStore
 	agents []*ipam.Allocator // one per agent; node i is served by agents[i%len]
 	ctx    context.Context
@@ -212,6 +215,7 @@ func NewSim(seed uint64, opts SimOptions) (*Sim, error) {
 	if opts.Pools == nil {
 		opts.Pools = DefaultPools()
 	}
+	opts.Pools = slices.Clone(opts.Pools) // EventRedefine replaces its entries
 	if opts.Nodes == nil {
 		opts.Nodes = DefaultNodes()
 	}
@@ -266,6 +270,10 @@ func NewSim(seed uint64, opts SimOptions) (*Sim, error) {
 	for _, w := range s.weights {
 		s.total += w
 	}
+	if opts.Mix.Redefine > 0 {
+		s.src = &swapSource{}
+		s.src.cur.Store(cat)
+	}
 	if s.total == 0 {
 		return nil, errors.New("ipamtest: sim options: every event weight is zero")
 	}
@@ -286,9 +294,61 @@ func NewSim(seed uint64, opts SimOptions) (*Sim, error) {
 	return s, nil
 }
 
+// swapSource is an ipam.PoolSource whose catalog EventRedefine replaces, as
+// a controller's informer cache is.
+type swapSource struct{ cur atomic.Pointer[ipam.Catalog] }
+
+func (s *swapSource) Pool(name string) (*ipam.Pool, bool) { return s.cur.Load().Pool(name) }
+func (s *swapSource) Pools() iter.Seq[*ipam.Pool]         { return s.cur.Load().Pools() }
+func (s *swapSource) DefaultPools() iter.Seq[*ipam.Pool] {
+	return s.cur.Load().DefaultPools()
+}
+
+// redefine replaces one pool's definition: it is disabled or enabled, starts
+// or stops terminating, or gets or loses a nodeName of one node.
+func (s *Sim) redefine() bool {
+	if s.src == nil {
+		return false
+	}
+	i := s.rng.IntN(len(s.opts.Pools))
+	p := *s.opts.Pools[i]
+	var what string
+	switch s.rng.IntN(3) {
+	case 0:
+		p.Disable = !p.Disable
+		what = map[bool]string{true: "disabled", false: "enabled"}[p.Disable]
+	case 1:
+		p.Terminating = !p.Terminating
+		what = map[bool]string{true: "terminating", false: "no longer terminating"}[p.Terminating]
+	default:
+		if len(p.NodeName) > 0 {
+			p.NodeName = nil
+			what = "no nodeName"
+		} else {
+			p.NodeName = []string{s.nodes[s.rng.IntN(len(s.nodes))].Name}
+			what = "nodeName " + p.NodeName[0]
+		}
+	}
+	pools := slices.Clone(s.opts.Pools)
+	pools[i] = &p
+	cat, err := ipam.NewCatalog(pools...)
+	if err != nil {
+		s.fail(InvariantError, "redefining pool %s (%s): %v", p.Name, what, err)
+		return true
+	}
+	s.opts.Pools, s.cat = pools, cat
+	s.src.cur.Store(cat)
+	s.record(entry{ev: EventRedefine, note: p.Name + " " + what})
+	return true
+}
+
 // newAllocator starts (or restarts) agent i.
 func (s *Sim) newAllocator(i int) error {
-	a, err := ipam.NewAllocator(ipam.Options{Pools: s.cat, Store: s.st, Quarantine: s.opts.Quarantine})
+	var pools ipam.PoolSource = s.cat
+	if s.src != nil {
+		pools = s.src
+	}
+	a, err := ipam.NewAllocator(ipam.Options{Pools: pools, Store: s.st, Quarantine: s.opts.Quarantine})
 	if err != nil {
 		return err
 	}
@@ -651,6 +711,8 @@ func (s *Sim) apply(ev Event) bool {
 	case EventGC:
 		ok = true
 		s.collect()
+	case EventRedefine:
+		ok = s.redefine()
 	}
 	if ok {
 		s.stats.Events[ev]++
