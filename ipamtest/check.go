@@ -296,6 +296,10 @@ func (s *Sim) leakCheck() {
 		case valid:
 		case p == nil:
 			why = "which no pod or valid StatefulSet member holds"
+		case !p.finished.IsZero():
+			if s.nodeProtects(p) == "" {
+				why = string(p.phase) + " since " + s.offset(p.finished) + ", past its grace period"
+			}
 		case p.deletion.IsZero(), p.phase == ipam.PodPending:
 		case !p.node.ready && gc.DisableTerminatingOnNotReadyNode, p.node.ready && gc.DisableTerminatingOnReadyNode:
 		default:

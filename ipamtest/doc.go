@@ -48,7 +48,9 @@
 // AllocateAt on CNI ADD, and on CNI DEL calls ReleaseAt, except for a
 // StatefulSet pod that is still a valid member of its set, whose addresses
 // are kept for its next incarnation (Spiderpool's agent skips that release).
-// A lost DEL leaves the claims for garbage collection, which the simulator
+// A Deployment pod may also finish (EventFinish): Failed or Succeeded, it
+// stays as an object while its Deployment replaces it. A lost DEL leaves the
+// claims for garbage collection, which the simulator
 // runs with a snapshot of its own pod model (phases, deletion timestamps,
 // grace periods, node readiness, HasIPs, controller kind, replicas). Pools
 // may be redefined as the run goes (EventRedefine: disabled, terminating, a

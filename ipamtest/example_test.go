@@ -65,16 +65,16 @@ func ExampleSim() {
 	// step 1 +201ms create default/web0-aaaaa (uid u000001) on n0: v4-b 10.0.1.10, v6-a fd00:0:0:1::10
 	// step 2 +318ms create team/web1-aaaaa (uid u000002) on n3: v4-a 10.0.0.10, v6-a fd00:0:0:1::11
 	// step 3 +941ms create default/db0-0 (uid u000003) on n1: v4-c 10.0.2.10, v6-a fd00:0:0:1::12, v4-a 10.0.0.11
-	// step 4 +1.876s create default/web0-aaaab (uid u000004) on n1: v4-b 10.0.1.11, v6-a fd00:0:0:1::13
-	// step 5 +2.55s delete default/web0-aaaaa (uid u000001) on n0: DEL released 2
-	// step 6 +3.46s delete default/web0-aaaab (uid u000004) on n1: DEL released 2
-	// step 7 +1m3.722s advance: +1m0s
-	// step 8 +1m4.457s restart team/web1-aaaaa (uid u000002) on n3: v4-a 10.0.0.10, v6-a fd00:0:0:1::11 (reused)
-	// step 9 +1m4.979s create default/web0-aaaac (uid u000005) on n3: v4-c 10.0.2.11, v6-a fd00:0:0:1::14
-	// step 10 +1m5.089s delete default/db0-0 (uid u000003) on n1: DEL keeps the addresses of a valid StatefulSet member
-	// step 11 +1m5.552s create team/web1-aaaab (uid u000006) on n2: v4-a 10.0.0.12, v6-a fd00:0:0:1::15
-	// step 12 +1m5.942s create team/web1-aaaac (uid u000007) on n1: v4-a 10.0.0.13, v6-a fd00:0:0:1::16
-	// step 13 +3m35.942s settle: clock +2m30s
-	// step 13 +3m35.942s gc: 11 claims
-	// step 13 +3m35.942s gc: 11 claims
+	// step 4 +1.876s delete default/db0-0 (uid u000003) on n1: DEL keeps the addresses of a valid StatefulSet member
+	// step 5 +2.059s create default/db0-0 (uid u000004) on n1: v4-c 10.0.2.10, v6-a fd00:0:0:1::12, v4-a 10.0.0.11 (reused)
+	// step 6 +2.969s delete-lost-del default/db0-0 (uid u000004) on n1: DEL lost
+	// step 7 +1m3.231s advance: +1m0s
+	// step 8 +1m3.966s restart default/web0-aaaaa (uid u000001) on n0: v4-b 10.0.1.10, v6-a fd00:0:0:1::10 (reused)
+	// step 9 +1m4.488s create default/db0-0 (uid u000005) on n3: v4-c 10.0.2.10, v6-a fd00:0:0:1::12, v4-a 10.0.0.11 (reused)
+	// step 10 +1m4.598s agent-restart: agent 0
+	// step 11 +1m5.044s restart default/web0-aaaaa (uid u000001) on n0: v4-b 10.0.1.10, v6-a fd00:0:0:1::10 (reused)
+	// step 12 +1m21.552s advance: +16s
+	// step 13 +3m51.552s settle: clock +2m30s
+	// step 13 +3m51.552s gc: 7 claims
+	// step 13 +3m51.552s gc: 7 claims
 }

@@ -55,6 +55,12 @@ const (
 	EventAdvance
 	// EventGC runs Allocator.CollectGarbage with a snapshot of the pod model.
 	EventGC
+	// EventFinish ends a running Deployment pod on a Ready node: its
+	// containers exit, it turns Failed or Succeeded and stays as an object,
+	// its CNI DEL runs (sometimes lost), and its Deployment replaces it.
+	// Garbage collection may release what it still holds once its
+	// termination grace period has passed since it finished.
+	EventFinish
 	// EventRedefine replaces one pool's definition, as an edit of a
 	// SpiderIPPool does: it is disabled or enabled, starts or stops
 	// terminating, or gets or loses a nodeName. Addresses it has handed out
@@ -66,7 +72,7 @@ const (
 
 var eventNames = [numEvents]string{
 	"create", "delete", "delete-lost-del", "restart", "recreate", "scale-up", "scale-down",
-	"node-fail", "node-recover", "agent-restart", "advance", "gc", "redefine",
+	"node-fail", "node-recover", "agent-restart", "advance", "gc", "finish", "redefine",
 }
 
 // String returns the event's name, such as "delete-lost-del".
@@ -85,7 +91,7 @@ func (e Event) String() string {
 type Mix struct {
 	Create, Delete, DeleteLost, Restart, Recreate int
 	ScaleUp, ScaleDown, NodeFail, NodeRecover     int
-	AgentRestart, Advance, GC, Redefine           int
+	AgentRestart, Advance, GC, Finish, Redefine   int
 }
 
 // DefaultMix returns the weights a Sim uses when SimOptions.Mix is zero.
@@ -93,14 +99,14 @@ func DefaultMix() Mix {
 	return Mix{
 		Create: 24, Delete: 10, DeleteLost: 4, Restart: 12, Recreate: 8,
 		ScaleUp: 4, ScaleDown: 4, NodeFail: 1, NodeRecover: 2,
-		AgentRestart: 1, Advance: 8, GC: 4, Redefine: 2,
+		AgentRestart: 1, Advance: 8, GC: 4, Finish: 3, Redefine: 2,
 	}
 }
 
 func (m Mix) weights() [numEvents]int {
 	return [numEvents]int{
 		m.Create, m.Delete, m.DeleteLost, m.Restart, m.Recreate, m.ScaleUp, m.ScaleDown,
-		m.NodeFail, m.NodeRecover, m.AgentRestart, m.Advance, m.GC, m.Redefine,
+		m.NodeFail, m.NodeRecover, m.AgentRestart, m.Advance, m.GC, m.Finish, m.Redefine,
 	}
 }
 

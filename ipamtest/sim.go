@@ -196,6 +196,7 @@ type simPod struct {
 	req      ipam.Request
 	phase    ipam.PodPhase
 	deletion time.Time // deletion timestamp; zero if not terminating
+	finished time.Time // when it turned Succeeded or Failed; zero if it has not
 	grace    time.Duration
 	hasIPs   bool
 }
@@ -302,6 +303,29 @@ func (s *swapSource) Pool(name string) (*ipam.Pool, bool) { return s.cur.Load().
 func (s *swapSource) Pools() iter.Seq[*ipam.Pool]         { return s.cur.Load().Pools() }
 func (s *swapSource) DefaultPools() iter.Seq[*ipam.Pool] {
 	return s.cur.Load().DefaultPools()
+}
+
+// finish ends a running Deployment pod: Failed or Succeeded, replaced by its
+// Deployment, its DEL run or lost.
+func (s *Sim) finish() bool {
+	p := s.pick(func(p *simPod) bool {
+		return !p.w.sts && p.active() && p.phase == ipam.PodRunning && p.finished.IsZero()
+	})
+	if p == nil {
+		return false
+	}
+	p.phase = []ipam.PodPhase{ipam.PodFailed, ipam.PodSucceeded}[s.rng.IntN(2)]
+	p.finished = s.now
+	p.hasIPs = false
+	p.w.live--
+	note := "DEL lost"
+	if s.rng.IntN(4) > 0 {
+		note = s.cniDel(p)
+	} else {
+		s.stats.LostDELs++
+	}
+	s.record(entry{ev: EventFinish, pod: p, note: string(p.phase) + ", " + note})
+	return true
 }
 
 // redefine replaces one pool's definition: it is disabled or enabled, starts
@@ -711,6 +735,8 @@ func (s *Sim) apply(ev Event) bool {
 	case EventGC:
 		ok = true
 		s.collect()
+	case EventFinish:
+		ok = s.finish()
 	case EventRedefine:
 		ok = s.redefine()
 	}
@@ -955,14 +981,16 @@ func (s *Sim) cniDel(p *simPod) string {
 // terminate sets p's deletion timestamp: now plus its grace period.
 func (s *Sim) terminate(p *simPod) {
 	if p.deletion.IsZero() {
+		if p.finished.IsZero() {
+			p.w.live-- // a finished pod was replaced already
+		}
 		p.deletion = s.now.Add(p.grace)
-		p.w.live--
 	}
 }
 
 // remove deletes p's object.
 func (s *Sim) remove(p *simPod) {
-	if p.deletion.IsZero() {
+	if p.deletion.IsZero() && p.finished.IsZero() {
 		p.w.live--
 	}
 	i := slices.Index(s.pods, p)
@@ -1008,7 +1036,7 @@ func (s *Sim) delete(runDEL bool) bool {
 }
 
 func (s *Sim) restart() bool {
-	p := s.pick((*simPod).active)
+	p := s.pick(func(p *simPod) bool { return p.active() && p.finished.IsZero() })
 	if p == nil {
 		return false
 	}
@@ -1135,6 +1163,7 @@ func (s *Sim) collect() {
 			Phase:                  p.phase,
 			DeletionTimestamp:      p.deletion,
 			TerminationGracePeriod: p.grace,
+			FinishedAt:             p.finished,
 			NodeReady:              p.node.ready,
 			HasIPs:                 p.hasIPs,
 			ControllerKind:         "ReplicaSet",
@@ -1210,6 +1239,13 @@ func (s *Sim) protected(h *holder) string {
 		}
 		return ""
 	}
+	if !p.finished.IsZero() {
+		if deadline := p.finished.Add(p.grace + s.opts.GC.AdditionalGraceDelay); s.now.Before(deadline) {
+			return fmt.Sprintf("is %s since %s, within its grace period of %v (plus %v of delay), and it is %s",
+				p.phase, s.offset(p.finished), p.grace, s.opts.GC.AdditionalGraceDelay, s.offset(s.now))
+		}
+		return s.nodeProtects(p)
+	}
 	if p.deletion.IsZero() {
 		return "is not terminating"
 	}
@@ -1222,6 +1258,12 @@ func (s *Sim) protected(h *holder) string {
 	if valid {
 		return "is a terminating valid StatefulSet member"
 	}
+	return s.nodeProtects(p)
+}
+
+// nodeProtects says why the node flags keep a claim of p that is otherwise
+// due for release, or "".
+func (s *Sim) nodeProtects(p *simPod) string {
 	if !p.node.ready && s.opts.GC.DisableTerminatingOnNotReadyNode {
 		return "is on a NotReady node, and DisableTerminatingOnNotReadyNode is set"
 	}
