@@ -144,25 +144,22 @@ func (a *adapter) List(ctx context.Context, pool string) ([]store.Claim, error) 
 }
 
 func (a *adapter) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
-	s, err := a.store(c.Pool)
-	if err != nil {
-		return store.Claim{}, err
-	}
-	owner := c.Owner
-	c.Owner = encode(owner)
-	got, err := s.Create(ctx, c)
-	got.Owner = owner
-	return got, err
+	return a.create(ctx, c, (*filestore.Store).Create)
 }
 
 func (a *adapter) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
+	return a.create(ctx, c, (*filestore.Store).CreateAndSetCursor)
+}
+
+// create runs one of the Store's creates on c, its owner encoded.
+func (a *adapter) create(ctx context.Context, c store.Claim, f func(*filestore.Store, context.Context, store.Claim) (store.Claim, error)) (store.Claim, error) {
 	s, err := a.store(c.Pool)
 	if err != nil {
 		return store.Claim{}, err
 	}
 	owner := c.Owner
 	c.Owner = encode(owner)
-	got, err := s.CreateAndSetCursor(ctx, c)
+	got, err := f(s, ctx, c)
 	got.Owner = owner
 	return got, err
 }

@@ -295,34 +295,27 @@ func linkat(olddirfd int, oldpath string, newdirfd int, newpath string, flags in
 	if err != nil {
 		return err
 	}
-	for {
-		_, _, errno := syscall.Syscall6(syscall.SYS_LINKAT, uintptr(olddirfd), uintptr(unsafe.Pointer(old)),
-			uintptr(newdirfd), uintptr(unsafe.Pointer(nw)), uintptr(flags), 0)
-		switch errno {
-		case 0:
-			return nil
-		case syscall.EINTR:
-			continue
+	return syscall6(syscall.SYS_LINKAT, uintptr(olddirfd), uintptr(unsafe.Pointer(old)),
+		uintptr(newdirfd), uintptr(unsafe.Pointer(nw)), uintptr(flags), 0)
+}
+
+// syscall6 makes a system call that returns only an error, with EINTR
+// retried; a nil error for errno 0.
+func syscall6(trap, a1, a2, a3, a4, a5, a6 uintptr) error {
+	return retryEINTR(func() error {
+		if _, _, errno := syscall.Syscall6(trap, a1, a2, a3, a4, a5, a6); errno != 0 {
+			return errno
 		}
-		return errno
-	}
+		return nil
+	})
 }
 
 // futimens sets the modification time of the open file fd to mtime, leaving
 // its access time, with EINTR retried.
 func futimens(fd int, mtime time.Time) error {
 	ts := [2]syscall.Timespec{{Nsec: utimeOmit}, syscall.NsecToTimespec(mtime.UnixNano())}
-	for {
-		// utimensat(fd, NULL, times, 0) is futimens(fd, times).
-		_, _, errno := syscall.Syscall6(syscall.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
-		switch errno {
-		case 0:
-			return nil
-		case syscall.EINTR:
-			continue
-		}
-		return errno
-	}
+	// utimensat(fd, NULL, times, 0) is futimens(fd, times).
+	return syscall6(syscall.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
 }
 
 // syncDir fsyncs the directory if the Store was opened with Sync, so that a

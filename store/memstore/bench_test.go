@@ -47,7 +47,7 @@ func newWindow(b *testing.B, n int) *window {
 }
 
 // create claims the address after the newest claim.
-func (w *window) create(b *testing.B) {
+func (w *window) create(b testing.TB) {
 	w.c.IP = windowAddr(w.next)
 	got, err := w.s.Create(context.Background(), w.c)
 	if err != nil {
@@ -58,7 +58,7 @@ func (w *window) create(b *testing.B) {
 }
 
 // release deletes the oldest claim.
-func (w *window) release(b *testing.B) {
+func (w *window) release(b testing.TB) {
 	err := w.s.Delete(context.Background(), w.c.Pool, windowAddr(w.oldest), w.revs[w.oldest%uint64(len(w.revs))])
 	if err != nil {
 		b.Fatal(err)
@@ -89,21 +89,27 @@ func sized(b *testing.B, f func(b *testing.B, n int)) {
 func BenchmarkCreateSequential(b *testing.B) {
 	sized(b, func(b *testing.B, n int) {
 		w := newWindow(b, n)
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if i == benchBatch {
-				b.StopTimer()
-				for range benchBatch {
-					w.release(b)
-				}
-				i = 0
-				b.StartTimer()
-			}
-			w.create(b)
-			i++
-		}
+		batched(b, w.create, w.release)
 	})
+}
+
+// batched times op, running undo as often with the timer stopped after every
+// benchBatch ops.
+func batched(b *testing.B, op, undo func(testing.TB)) {
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if i == benchBatch {
+			b.StopTimer()
+			for range benchBatch {
+				undo(b)
+			}
+			i = 0
+			b.StartTimer()
+		}
+		op(b)
+		i++
+	}
 }
 
 // BenchmarkDeleteSequential measures Delete of the oldest claim in a pool of n
@@ -113,20 +119,7 @@ func BenchmarkCreateSequential(b *testing.B) {
 func BenchmarkDeleteSequential(b *testing.B) {
 	sized(b, func(b *testing.B, n int) {
 		w := newWindow(b, n+benchBatch)
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if i == benchBatch {
-				b.StopTimer()
-				for range benchBatch {
-					w.create(b)
-				}
-				i = 0
-				b.StartTimer()
-			}
-			w.release(b)
-			i++
-		}
+		batched(b, w.release, w.create)
 	})
 }
 
