@@ -669,13 +669,7 @@ func TestPublish(t *testing.T) {
 			if again, err := s.Get(ctx, c.Pool, c.IP); err != nil || again != got {
 				t.Errorf("Get = %+v, %v; want %+v", again, err, got)
 			}
-			entries, err := os.ReadDir(dir)
-			require.NoError(t, err)
-			var names []string
-			for _, e := range entries {
-				names = append(names, e.Name())
-			}
-			if want := []string{"10.1.2.2", "lock"}; !slices.Equal(names, want) {
+			if names, want := dirNames(t, dir), []string{"10.1.2.2", "lock"}; !slices.Equal(names, want) {
 				t.Errorf("directory holds %q, want %q", names, want)
 			}
 		})
@@ -844,13 +838,7 @@ func TestOpenRemovesTemps(t *testing.T) {
 	}
 
 	open(t, dir, false)
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	if want := []string{"10.1.2.2", "lock"}; !slices.Equal(names, want) {
+	if names, want := dirNames(t, dir), []string{"10.1.2.2", "lock"}; !slices.Equal(names, want) {
 		t.Errorf("after Open the directory holds %q, want %q", names, want)
 	}
 	got, err = s.Get(ctx, c.Pool, c.IP)
@@ -1050,4 +1038,16 @@ func BenchmarkGet(b *testing.B) {
 			}
 		})
 	}
+}
+
+// dirNames returns the names in dir, sorted.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
 }
