@@ -48,6 +48,10 @@ type stateStore struct {
 	warn io.Writer
 }
 
+// stateStore writes a claim and the cursor in one call (see
+// CreateAndSetCursor).
+var _ store.CursorCreator = (*stateStore)(nil)
+
 func hostLocalOwner(c store.Claim) store.Claim {
 	if c.Owner.UID == "" && !c.Owner.Stable {
 		c.Owner.Namespace, c.Owner.Name = "", ""
@@ -86,4 +90,20 @@ func (s *stateStore) Cursor(ctx context.Context, pool string) (netip.Addr, error
 
 func (s *stateStore) SetCursor(ctx context.Context, pool string, ip netip.Addr) error {
 	return s.base.SetCursor(ctx, pool, ip)
+}
+
+// CreateAndSetCursor writes the claim and last_reserved_ip under one lock of
+// the state directory when the file store can, else one after the other.
+func (s *stateStore) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
+	c = hostLocalOwner(c)
+	if cc, ok := s.base.(store.CursorCreator); ok {
+		return cc.CreateAndSetCursor(ctx, c)
+	}
+	c, err := s.base.Create(ctx, c)
+	if err == nil {
+		if err := s.base.SetCursor(ctx, c.Pool, c.IP); err != nil {
+			fmt.Fprintf(s.warn, "cni-ipam: pool %q: cannot record last reserved address %s: %v\n", c.Pool, c.IP, err)
+		}
+	}
+	return c, err
 }
