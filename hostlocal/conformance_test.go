@@ -2,12 +2,8 @@ package hostlocal_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -16,6 +12,7 @@ import (
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/hostlocal"
+	"github.com/ipamkit/ipam/internal/hostlocalvectors"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"
 )
@@ -25,117 +22,36 @@ import (
 // hostlocal.Load for the config, an Allocator over memstore for the operations.
 // The CNI protocol itself (result formats, exit codes) is the plugin's test.
 
-type vector struct {
-	Name   string          `json:"name"`
-	Config json.RawMessage `json:"config"`
-	Seed   *struct {
-		Allocated    map[string]string `json:"allocated"`
-		Files        map[string]string `json:"files"`
-		LastReserved map[string]string `json:"lastReserved"`
-	} `json:"seed"`
-	Ops        []op              `json:"ops"`
-	Expect     []json.RawMessage `json:"expect"`
-	FinalState struct {
-		Allocations  map[string]string `json:"allocations"`
-		LastReserved map[string]string `json:"lastReserved"`
-	} `json:"finalState"`
-}
-
-type op struct {
-	Op         string   `json:"op"`
-	ID         string   `json:"id"`
-	Ifname     string   `json:"ifname"`
-	RequestIPs []string `json:"requestIPs"`
-	CNIArgs    string   `json:"cniArgs"`
-}
-
-type ipOut struct {
-	Address string `json:"address"`
-	Gateway string `json:"gateway"`
-}
-
-type expectation struct {
-	IPs         []ipOut `json:"ips,omitempty"`
-	IP4         *ip020  `json:"ip4,omitempty"`
-	IP6         *ip020  `json:"ip6,omitempty"`
-	OK          bool    `json:"ok,omitempty"`
-	Error       string  `json:"error,omitempty"`
-	ErrorPrefix string  `json:"errorPrefix,omitempty"`
-}
-
-type ip020 struct {
-	IP      string `json:"ip"`
-	Gateway string `json:"gateway"`
-}
-
-// difference overrides what host-local did, where ../testdata/conformance/README.md
-// lists a deliberate difference. Every override names the difference.
-type difference struct {
-	Why    string              `json:"why"`
-	Expect map[int]expectation `json:"expect,omitempty"` // op index -> what we do instead
-	Final  map[string]string   `json:"final,omitempty"`  // allocations afterwards, if different
-	// Cursor: the final last-reserved addresses differ (difference 3: a failed
-	// ADD does not advance the cursor, or host-local's own bug).
-	Cursor bool `json:"cursor,omitempty"`
-}
-
-// loadDifferences reads the overrides, shared with the other test of these
-// vectors, from ../testdata/conformance/host-local-differences.json.
-func loadDifferences(t *testing.T) map[string]difference {
-	t.Helper()
-	data, err := os.ReadFile("../testdata/conformance/host-local-differences.json")
-	require.NoError(t, err)
-	var ds map[string]difference
-	require.NoError(t, json.Unmarshal(data, &ds))
-	for name, d := range ds {
-		require.NotEmptyf(t, d.Why, "override %s gives no reason", name)
-	}
-	return ds
-}
-
-func loadVectors(t *testing.T) []vector {
-	t.Helper()
-	data, err := os.ReadFile("../testdata/conformance/host-local-vectors.json")
-	require.NoError(t, err)
-	var vs []vector
-	require.NoError(t, json.Unmarshal(data, &vs))
-	require.NotEmpty(t, vs)
-	return vs
-}
+type (
+	vector      = hostlocalvectors.Vector
+	op          = hostlocalvectors.Op
+	expectation = hostlocalvectors.Expectation
+	ipOut       = hostlocalvectors.IPOut
+	ip020       = hostlocalvectors.IP020
+)
 
 func TestHostLocalVectors(t *testing.T) {
-	vs := loadVectors(t)
-	differences := loadDifferences(t)
-	used := map[string]bool{}
+	vs, err := hostlocalvectors.Load()
+	require.NoError(t, err)
+	differences, err := hostlocalvectors.LoadDifferences(vs)
+	require.NoError(t, err)
 	for _, v := range vs {
 		t.Run(v.Name, func(t *testing.T) {
-			require.Len(t, v.Expect, len(v.Ops), "one expectation per op")
-			diff, hasDiff := differences[v.Name]
-			used[v.Name] = hasDiff
+			diff := differences[v.Name]
 			r := newRunner(t, v)
 			for i, o := range v.Ops {
-				var want expectation
-				require.NoError(t, json.Unmarshal(v.Expect[i], &want))
-				if d, ok := diff.Expect[i]; ok {
-					t.Logf("op %d: %s", i, diff.Why)
-					want = d
+				want, why, err := v.Want(i, diff)
+				require.NoError(t, err)
+				if why != "" {
+					t.Logf("op %d: %s", i, why)
 				}
 				r.do(t, i, o, want)
 			}
-			wantAlloc := v.FinalState.Allocations
-			if diff.Final != nil {
-				wantAlloc = diff.Final
-			}
-			r.checkFinal(t, wantAlloc)
-			if !diff.Cursor && !strings.Contains(fmt.Sprint(v.FinalState.LastReserved), "random") {
+			r.checkFinal(t, v.FinalAllocations(diff))
+			if v.ChecksCursors(diff) {
 				r.checkCursors(t, v.FinalState.LastReserved)
 			}
 		})
-	}
-	for name := range differences {
-		if _, ok := used[name]; !ok {
-			t.Errorf("difference for %q names no vector", name)
-		}
 	}
 }
 
@@ -207,7 +123,8 @@ func poolName(t *testing.T, cfg *hostlocal.Config, idx string) string {
 
 func (r *runner) do(t *testing.T, i int, o op, want expectation) {
 	ctx := context.Background()
-	cfgBytes := withRequests(t, r.v.Config, o.RequestIPs)
+	cfgBytes, err := hostlocalvectors.WithRequests(r.v.Config, o.RequestIPs) // as the recorder passed them
+	require.NoError(t, err)
 	cfg, err := hostlocal.Load(cfgBytes, o.CNIArgs)
 	if err == nil && r.alloc == nil {
 		t.Fatalf("op %d: config loads with requests but not without", i)
@@ -222,13 +139,13 @@ func (r *runner) do(t *testing.T, i int, o op, want expectation) {
 		}
 		if want.Error != "" || want.ErrorPrefix != "" {
 			require.Errorf(t, err, "op %d: want error %q%q, got %v", i, want.Error, want.ErrorPrefix, res.IPs)
-			checkErrorNames(t, i, err, want)
+			require.NoErrorf(t, hostlocalvectors.CheckErrorNames(err.Error(), want), "op %d: error", i)
 			return
 		}
 		require.NoErrorf(t, err, "op %d", i)
 		var got []ipOut
 		for _, c := range res.IPs {
-			got = append(got, ipOut{c.Address.String(), c.Gateway.String()})
+			got = append(got, ipOut{Address: c.Address.String(), Gateway: c.Gateway.String()})
 		}
 		wantIPs := want.IPs
 		if want.IP4 != nil || want.IP6 != nil {
@@ -237,7 +154,7 @@ func (r *runner) do(t *testing.T, i int, o op, want expectation) {
 			wantIPs = nil
 			for _, x := range []*ip020{want.IP4, want.IP6} {
 				if x != nil {
-					wantIPs = append(wantIPs, ipOut{x.IP, x.Gateway})
+					wantIPs = append(wantIPs, ipOut{Address: x.IP, Gateway: x.Gateway})
 				}
 			}
 		}
@@ -263,73 +180,6 @@ func (r *runner) do(t *testing.T, i int, o op, want expectation) {
 		}
 	default:
 		t.Fatalf("op %d: unknown op %q", i, o.Op)
-	}
-}
-
-// withRequests adds requestIPs to runtimeConfig.ips, as the recorder passed them.
-func withRequests(t *testing.T, config json.RawMessage, ips []string) []byte {
-	if len(ips) == 0 {
-		return config
-	}
-	var m map[string]any
-	require.NoError(t, json.Unmarshal(config, &m))
-	rc, _ := m["runtimeConfig"].(map[string]any)
-	if rc == nil {
-		rc = map[string]any{}
-	}
-	rc["ips"] = ips
-	m["runtimeConfig"] = rc
-	b, err := json.Marshal(m)
-	require.NoError(t, err)
-	return b
-}
-
-var addrToken = regexp.MustCompile(`[0-9A-Fa-f:.]*[.:][0-9A-Fa-f:.]*(/[0-9]+)?`)
-
-// checkErrorNames checks that our error names the values host-local's names:
-// every address, range bound and CIDR in its message appears in ours as a
-// whole token. Messages that name no value must match in wording.
-func checkErrorNames(t *testing.T, i int, err error, want expectation) {
-	t.Helper()
-	msg := err.Error()
-	theirs := want.Error
-	prefix := false
-	if theirs == "" {
-		theirs, prefix = want.ErrorPrefix, true
-	}
-	var tokens []string
-	for _, tok := range addrToken.FindAllString(theirs, -1) {
-		for _, part := range strings.FieldsFunc(tok, func(r rune) bool { return r == '-' || r == ',' }) {
-			switch {
-			case prefix && strings.HasSuffix(part, "."):
-				tokens = append(tokens, part) // a truncated address: match as a prefix
-			case strings.ContainsAny(part, "0123456789") && len(part) > 3:
-				// An address, range bound or CIDR, valid or not (the bad input).
-				tokens = append(tokens, strings.TrimRight(part, ".:"))
-			}
-		}
-	}
-	if len(tokens) == 0 {
-		// Ours has the same words (possibly behind a "hostlocal: " prefix).
-		require.Containsf(t, strings.ToLower(msg), strings.ToLower(theirs), "op %d: error", i)
-		return
-	}
-	ours := addrToken.FindAllString(msg, -1)
-	var oursParts []string
-	for _, tok := range ours {
-		oursParts = append(oursParts, strings.FieldsFunc(tok, func(r rune) bool { return r == '-' || r == ',' })...)
-	}
-	for _, tok := range tokens {
-		found := slices.ContainsFunc(oursParts, func(p string) bool {
-			p = strings.TrimRight(p, ".:")
-			if strings.HasSuffix(tok, ".") {
-				return strings.HasPrefix(p, tok)
-			}
-			return p == tok
-		})
-		if !found {
-			t.Fatalf("op %d: our error %q does not name %s (host-local: %q)", i, msg, tok, theirs)
-		}
 	}
 }
 

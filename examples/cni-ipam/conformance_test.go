@@ -2,17 +2,14 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
-	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/cni/pkg/types"
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ipamkit/ipam/internal/hostlocalvectors"
 )
 
 // The vectors were recorded by running host-local v1.9.1 (see
@@ -22,131 +19,40 @@ import (
 // op is one exec of the binary, and the result JSON (per cniVersion) and the
 // state directory's bytes afterwards are compared with what host-local did.
 
-const vectorsPath = "../../testdata/conformance/host-local-vectors.json"
-
-type vector struct {
-	Name   string          `json:"name"`
-	Config json.RawMessage `json:"config"`
-	Seed   *struct {
-		Allocated    map[string]string `json:"allocated"`
-		Files        map[string]string `json:"files"`
-		LastReserved map[string]string `json:"lastReserved"`
-	} `json:"seed"`
-	Ops        []op              `json:"ops"`
-	Expect     []json.RawMessage `json:"expect"`
-	FinalState struct {
-		Allocations  map[string]string `json:"allocations"`
-		LastReserved map[string]string `json:"lastReserved"`
-	} `json:"finalState"`
-}
-
-type op struct {
-	Op         string   `json:"op"`
-	ID         string   `json:"id"`
-	Ifname     string   `json:"ifname"`
-	RequestIPs []string `json:"requestIPs"`
-	CNIArgs    string   `json:"cniArgs"`
-}
-
-type ipOut struct {
-	Address string `json:"address"`
-	Gateway string `json:"gateway"`
-}
-
-type expectation struct {
-	IPs    []ipOut `json:"ips"`
-	IP4    *ip020  `json:"ip4"`
-	IP6    *ip020  `json:"ip6"`
-	Routes []struct {
-		Dst string `json:"dst"`
-		GW  string `json:"gw"`
-	} `json:"routes"`
-	OK          bool   `json:"ok"`
-	Error       string `json:"error"`
-	ErrorPrefix string `json:"errorPrefix"`
-}
-
-type ip020 struct {
-	IP      string `json:"ip"`
-	Gateway string `json:"gateway"`
-}
-
-// difference overrides what host-local did, where
-// ../../testdata/conformance/README.md lists a deliberate difference. The
-// table is hostlocal/conformance_test.go's, reasons and all: the plugin
-// differs from host-local exactly where the library does.
-type difference struct {
-	Why    string              `json:"why"`
-	Expect map[int]expectation `json:"expect"` // op index -> what we do instead
-	Final  map[string]string   `json:"final"`  // allocations afterwards, if different
-	// Cursor: the final last-reserved addresses differ (difference 3: a failed
-	// ADD does not advance the cursor, or host-local's own bug).
-	Cursor bool `json:"cursor"`
-}
-
-// loadDifferences reads the overrides, shared with the other test of these
-// vectors, from ../../testdata/conformance/host-local-differences.json.
-func loadDifferences(t *testing.T) map[string]difference {
-	t.Helper()
-	data, err := os.ReadFile("../../testdata/conformance/host-local-differences.json")
-	require.NoError(t, err)
-	var ds map[string]difference
-	require.NoError(t, json.Unmarshal(data, &ds))
-	for name, d := range ds {
-		require.NotEmptyf(t, d.Why, "override %s gives no reason", name)
-	}
-	return ds
-}
-
-func loadVectors(t *testing.T) []vector {
-	t.Helper()
-	data, err := os.ReadFile(vectorsPath)
-	require.NoError(t, err)
-	var vs []vector
-	require.NoError(t, json.Unmarshal(data, &vs))
-	require.NotEmpty(t, vs)
-	return vs
-}
+type (
+	vector      = hostlocalvectors.Vector
+	op          = hostlocalvectors.Op
+	expectation = hostlocalvectors.Expectation
+)
 
 func TestHostLocalVectors(t *testing.T) {
-	vs := loadVectors(t)
-	differences := loadDifferences(t)
-	used := map[string]bool{}
+	vs, err := hostlocalvectors.Load()
+	require.NoError(t, err)
+	differences, err := hostlocalvectors.LoadDifferences(vs)
+	require.NoError(t, err)
 	for _, v := range vs {
-		diff, hasDiff := differences[v.Name]
-		used[v.Name] = hasDiff
 		t.Run(v.Name, func(t *testing.T) {
 			t.Parallel()
-			require.Len(t, v.Expect, len(v.Ops), "one expectation per op")
+			diff := differences[v.Name]
 			r := newVectorRun(t, v)
 			for i, o := range v.Ops {
-				var want expectation
-				require.NoError(t, json.Unmarshal(v.Expect[i], &want))
-				if d, ok := diff.Expect[i]; ok {
-					t.Logf("op %d: %s", i, diff.Why)
-					want = d
+				want, why, err := v.Want(i, diff)
+				require.NoError(t, err)
+				if why != "" {
+					t.Logf("op %d: %s", i, why)
 				}
 				r.do(t, i, o, want)
 			}
 			allocs, cursors := stateDir(t, r.state)
-			wantAlloc := v.FinalState.Allocations
-			if diff.Final != nil {
-				wantAlloc = diff.Final
-			}
-			if d := cmp.Diff(wantAlloc, allocs); d != "" {
+			if d := cmp.Diff(v.FinalAllocations(diff), allocs); d != "" {
 				t.Errorf("final state directory: address files (-want +got):\n%s", d)
 			}
-			if !diff.Cursor && !strings.Contains(fmt.Sprint(v.FinalState.LastReserved), "random") {
+			if v.ChecksCursors(diff) {
 				if d := cmp.Diff(v.FinalState.LastReserved, cursors); d != "" {
 					t.Errorf("final state directory: last_reserved_ip files (-want +got):\n%s", d)
 				}
 			}
 		})
-	}
-	for name := range differences {
-		if _, ok := used[name]; !ok {
-			t.Errorf("difference for %q names no vector", name)
-		}
 	}
 }
 
@@ -187,15 +93,9 @@ func (r *vectorRun) config(t *testing.T, o op) []byte {
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(r.v.Config, &m))
 	m["ipam"].(map[string]any)["dataDir"] = r.dataDir
-	if len(o.RequestIPs) > 0 {
-		rc, _ := m["runtimeConfig"].(map[string]any)
-		if rc == nil {
-			rc = map[string]any{}
-		}
-		rc["ips"] = o.RequestIPs
-		m["runtimeConfig"] = rc
-	}
 	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	b, err = hostlocalvectors.WithRequests(b, o.RequestIPs)
 	require.NoError(t, err)
 	return b
 }
@@ -208,7 +108,8 @@ func (r *vectorRun) do(t *testing.T, i int, o op, want expectation) {
 	out, cerr := c.exec(t)
 	if want.Error != "" || want.ErrorPrefix != "" {
 		require.NotNilf(t, cerr, "op %d (%s %s/%s): want error %q%q, got %s", i, cmd, o.ID, o.Ifname, want.Error, want.ErrorPrefix, out)
-		checkErrorNames(t, i, cerr, want)
+		// Ours may name the values in the message or its details.
+		require.NoErrorf(t, hostlocalvectors.CheckErrorNames(cerr.Msg+"\n"+cerr.Details, want), "op %d: error (code %d)", i, cerr.Code)
 		return
 	}
 	require.Nilf(t, cerr, "op %d (%s %s/%s)", i, cmd, o.ID, o.Ifname)
@@ -243,52 +144,3 @@ func (r *vectorRun) do(t *testing.T, i int, o op, want expectation) {
 	}
 }
 
-var addrToken = regexp.MustCompile(`[0-9A-Fa-f:.]*[.:][0-9A-Fa-f:.]*(/[0-9]+)?`)
-
-// checkErrorNames checks that our error names the values host-local's names:
-// every address, range bound and CIDR in its message appears in ours (message
-// or details) as a whole token. Messages that name no value must match in
-// wording. It is hostlocal/conformance_test.go's check, on a CNI error.
-func checkErrorNames(t *testing.T, i int, cerr *types.Error, want expectation) {
-	t.Helper()
-	msg := cerr.Msg + "\n" + cerr.Details
-	theirs := want.Error
-	prefix := false
-	if theirs == "" {
-		theirs, prefix = want.ErrorPrefix, true
-	}
-	var tokens []string
-	for _, tok := range addrToken.FindAllString(theirs, -1) {
-		for _, part := range strings.FieldsFunc(tok, func(r rune) bool { return r == '-' || r == ',' }) {
-			switch {
-			case prefix && strings.HasSuffix(part, "."):
-				tokens = append(tokens, part) // a truncated address: match as a prefix
-			case strings.ContainsAny(part, "0123456789") && len(part) > 3:
-				// An address, range bound or CIDR, valid or not (the bad input).
-				tokens = append(tokens, strings.TrimRight(part, ".:"))
-			}
-		}
-	}
-	if len(tokens) == 0 {
-		// "host-local: " in host-local's messages is its name, not wording.
-		theirs = strings.TrimPrefix(theirs, "host-local: ")
-		require.Containsf(t, strings.ToLower(msg), strings.ToLower(theirs), "op %d: error (code %d)", i, cerr.Code)
-		return
-	}
-	var oursParts []string
-	for _, tok := range addrToken.FindAllString(msg, -1) {
-		oursParts = append(oursParts, strings.FieldsFunc(tok, func(r rune) bool { return r == '-' || r == ',' })...)
-	}
-	for _, tok := range tokens {
-		found := slices.ContainsFunc(oursParts, func(p string) bool {
-			p = strings.TrimRight(p, ".:")
-			if strings.HasSuffix(tok, ".") {
-				return strings.HasPrefix(p, tok)
-			}
-			return p == tok
-		})
-		if !found {
-			t.Fatalf("op %d: our error %q does not name %s (host-local: %q)", i, msg, tok, theirs)
-		}
-	}
-}
