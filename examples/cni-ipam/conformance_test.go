@@ -143,4 +143,3 @@ func (r *vectorRun) do(t *testing.T, i int, o op, want expectation) {
 		t.Fatalf("op %d (add %s/%s): result (-want +got):\n%s\nresult: %s", i, o.ID, o.Ifname, d, out)
 	}
 }
-
