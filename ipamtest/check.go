@@ -182,19 +182,27 @@ func (s *Sim) checkTouched() {
 	slices.SortFunc(keys, compareKeys)
 	s.marked = slices.Compact(keys)
 	for _, k := range s.marked {
-		c, err := s.st.inner.Get(s.ctx, k.pool, k.ip)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			s.checkClaim(k, nil)
-		case err != nil:
-			s.fail(InvariantError, "store: get %s: %v", k, err)
-		default:
-			s.checkClaim(k, &c)
+		if c, ok := s.stored(k); ok {
+			s.checkClaim(k, c)
 		}
 		if s.err != nil {
 			return
 		}
 	}
+}
+
+// stored returns the Store's claim on k, nil if it has none. It reports
+// false, and the violation, if the Store fails.
+func (s *Sim) stored(k claimKey) (*store.Claim, bool) {
+	c, err := s.st.inner.Get(s.ctx, k.pool, k.ip)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, true
+	case err != nil:
+		s.fail(InvariantError, "store: get %s: %v", k, err)
+		return nil, false
+	}
+	return &c, true
 }
 
 // checkClaim compares what the Store has for k (nil: no claim) with the
@@ -308,13 +316,10 @@ func (s *Sim) leakCheck() {
 		if why == "" {
 			continue
 		}
-		c, err := s.st.inner.Get(s.ctx, k.pool, k.ip)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
+		switch c, ok := s.stored(k); {
+		case ok && c == nil:
 			s.checkClaim(k, nil)
-		case err != nil:
-			s.fail(InvariantError, "store: get %s: %v", k, err)
-		default:
+		case ok:
 			s.fail(InvariantNoLeak, "after settling, %s is still claimed (by %s) for %s, %s", k, c.Owner, h, why)
 		}
 		return
