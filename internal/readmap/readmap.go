@@ -39,17 +39,22 @@ func (m *Map[V]) Get(name string) (V, bool) {
 // GetOrAdd returns the value for name, adding newV(name) first if there is
 // none. newV runs with the Map's lock held and must not use the Map.
 func (m *Map[V]) GetOrAdd(name string, newV func(string) V) V {
-	if v, ok := m.Get(name); ok {
-		return v
+	seen := m.read.Load()
+	if seen != nil {
+		if v, ok := (*seen)[name]; ok {
+			return v
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var read map[string]V
 	if r := m.read.Load(); r != nil {
 		read = *r
-	}
-	if v, ok := read[name]; ok {
-		return v
+		if r != seen { // merged since it was read above
+			if v, ok := read[name]; ok {
+				return v
+			}
+		}
 	}
 	if v, ok := m.dirty[name]; ok {
 		return v
