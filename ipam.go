@@ -358,7 +358,7 @@ func (hs *holdings) remove(i int) {
 
 // matches reports whether h serves interface iface: the same name, or a legacy
 // host-local claim that recorded no interface.
-func (h holding) matches(id ownerID, iface string) bool {
+func (h holding) matches(iface string) bool {
 	return h.iface == iface || h.iface == ""
 }
 
@@ -700,22 +700,10 @@ func (a *Allocator) adopt(ctx context.Context, iface string, idx *poolIndex, c s
 // preferred to one that records no interface (a legacy or imported claim).
 func (a *Allocator) holdingFor(t *task, id ownerID) (holding, bool) {
 	if t.sel == nil {
-		return a.held(id, t.iface, t.idx)
+		return a.held(id, t.iface, func(p *poolIndex) bool { return p == t.idx })
 	}
-	var buf [4]holding
-	var best holding
-	found := false
-	for _, x := range a.lookup(id, "", buf[:0]) {
-		if (x.iface != t.iface && x.iface != "") || x.pool.def.Load().layout.family() != t.family {
-			continue
-		}
-		if !found || (x.iface == t.iface && best.iface == "") {
-			best, found = x, true
-		}
-	}
-	return best, found
+	return a.held(id, t.iface, func(p *poolIndex) bool { return p.def.Load().layout.family() == t.family })
 }
-
 // claimSelected tries t's pools in order until one gives an address.
 func (a *Allocator) claimSelected(ctx context.Context, t *task, owner store.Owner, now time.Time) error {
 	for k, p := range t.order {
@@ -1022,9 +1010,10 @@ func placeRequested(ifc Interface, tasks []task) error {
 	return errors.Join(errs...)
 }
 
-// held returns what id holds for iface in idx, if anything: the holding of
-// that interface, else one that records no interface (a legacy claim).
-func (a *Allocator) held(id ownerID, iface string, idx *poolIndex) (holding, bool) {
+// held returns what id holds for iface in a pool that in accepts, if
+// anything: a holding of that interface, else one that records no interface
+// (a legacy claim).
+func (a *Allocator) held(id ownerID, iface string, in func(*poolIndex) bool) (holding, bool) {
 	a.omu.Lock()
 	defer a.omu.Unlock()
 	hs, _ := a.owners.get(id)
@@ -1032,13 +1021,15 @@ func (a *Allocator) held(id ownerID, iface string, idx *poolIndex) (holding, boo
 	found := false
 	for i := range hs.n {
 		h := hs.at(i)
-		if h.pool != idx || !h.matches(id, iface) {
+		if !h.matches(iface) || !in(h.pool) {
 			continue
 		}
 		if h.iface == iface {
 			return h, true
 		}
-		legacy, found = h, true
+		if !found {
+			legacy, found = h, true
+		}
 	}
 	return legacy, found
 }
@@ -1109,7 +1100,7 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 				if _, err := a.releaseClaim(ctx, idx, c.IP, ownerFilter{id: identity(owner), iface: iface}, time.Time{}); err != nil {
 					a.log.Warn("ipam: cannot release a duplicate claim", "pool", idx.name, "ip", c.IP, "err", err)
 				}
-				h, _ := a.held(identity(owner), iface, idx)
+				h, _ := a.held(identity(owner), iface, func(p *poolIndex) bool { return p == idx })
 				if c, err := a.store.Get(ctx, idx.name, h.ip); err == nil && identity(c.Owner) == identity(owner) {
 					if err := a.adopt(ctx, iface, idx, c, identity(owner), owner); err != nil {
 						return netip.Addr{}, false, err
