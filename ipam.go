@@ -232,7 +232,6 @@ type Allocator struct {
 	static  bool // source is a *Catalog, whose pools never change
 	store   store.Store
 	cursors store.Cursors
-	creator store.CursorCreator
 	log     *slog.Logger
 	resync  time.Duration
 	quarant time.Duration
@@ -378,7 +377,6 @@ func NewAllocator(opts Options) (*Allocator, error) {
 		a.store = memstore.New()
 	}
 	a.cursors, _ = a.store.(store.Cursors)
-	a.creator, _ = a.store.(store.CursorCreator)
 	_, a.static = a.source.(*Catalog)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
@@ -704,6 +702,7 @@ func (a *Allocator) holdingFor(t *task, id ownerID) (holding, bool) {
 	}
 	return a.held(id, t.iface, func(p *poolIndex) bool { return p.def.Load().layout.family() == t.family })
 }
+
 // claimSelected tries t's pools in order until one gives an address.
 func (a *Allocator) claimSelected(ctx context.Context, t *task, owner store.Owner, now time.Time) error {
 	for k, p := range t.order {
@@ -1127,16 +1126,9 @@ func (a *Allocator) claim(ctx context.Context, idx *poolIndex, iface string, wan
 // last_reserved_ip): in one call if the Store can, else in two, the second a
 // hint whose failure is only logged.
 func (a *Allocator) create(ctx context.Context, c store.Claim) (store.Claim, error) {
-	if a.creator != nil {
-		return a.creator.CreateAndSetCursor(ctx, c)
-	}
-	c, err := a.store.Create(ctx, c)
-	if err == nil && a.cursors != nil {
-		if err := a.cursors.SetCursor(ctx, c.Pool, c.IP); err != nil {
-			a.log.Warn("ipam: cannot record last reserved address", "pool", c.Pool, "ip", c.IP, "err", err)
-		}
-	}
-	return c, err
+	return store.CreateAndSetCursor(ctx, a.store, c, func(err error) {
+		a.log.Warn("ipam: cannot record last reserved address", "pool", c.Pool, "ip", c.IP, "err", err)
+	})
 }
 
 // rollback releases what this call claimed, logging what it cannot.

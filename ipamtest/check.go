@@ -383,12 +383,5 @@ func (t *trackStore) SetCursor(ctx context.Context, pool string, ip netip.Addr) 
 // and does them one after the other otherwise.
 func (t *trackStore) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
 	t.touched = append(t.touched, claimKey{c.Pool, c.IP})
-	if cc, ok := t.inner.(store.CursorCreator); ok {
-		return cc.CreateAndSetCursor(ctx, c)
-	}
-	c, err := t.inner.Create(ctx, c)
-	if err == nil && t.cursors != nil {
-		_ = t.cursors.SetCursor(ctx, c.Pool, c.IP) // a hint: a failure is not the claim's
-	}
-	return c, err
+	return store.CreateAndSetCursor(ctx, t.inner, c, nil)
 }

@@ -155,6 +155,24 @@ type CursorCreator interface {
 	CreateAndSetCursor(ctx context.Context, c Claim) (Claim, error)
 }
 
+// CreateAndSetCursor creates c in s and moves its pool's cursor to it: in one
+// call if s is a CursorCreator; else Create, then, if it succeeded and s has
+// Cursors, SetCursor, whose failure (a hint's) is passed to cursorFailed when
+// that is not nil. It is what a caller, or a wrapper implementing
+// CursorCreator over any Store, does.
+func CreateAndSetCursor(ctx context.Context, s Store, c Claim, cursorFailed func(error)) (Claim, error) {
+	if cc, ok := s.(CursorCreator); ok {
+		return cc.CreateAndSetCursor(ctx, c)
+	}
+	c, err := s.Create(ctx, c)
+	if cs, ok := s.(Cursors); ok && err == nil {
+		if err := cs.SetCursor(ctx, c.Pool, c.IP); err != nil && cursorFailed != nil {
+			cursorFailed(err)
+		}
+	}
+	return c, err
+}
+
 // Validate reports whether c is fit to be stored: a pool name, a valid address
 // and an owner.
 func (c Claim) Validate() error {

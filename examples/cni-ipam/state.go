@@ -95,15 +95,7 @@ func (s *stateStore) SetCursor(ctx context.Context, pool string, ip netip.Addr) 
 // CreateAndSetCursor writes the claim and last_reserved_ip under one lock of
 // the state directory when the file store can, else one after the other.
 func (s *stateStore) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
-	c = hostLocalOwner(c)
-	if cc, ok := s.base.(store.CursorCreator); ok {
-		return cc.CreateAndSetCursor(ctx, c)
-	}
-	c, err := s.base.Create(ctx, c)
-	if err == nil {
-		if err := s.base.SetCursor(ctx, c.Pool, c.IP); err != nil {
-			fmt.Fprintf(s.warn, "cni-ipam: pool %q: cannot record last reserved address %s: %v\n", c.Pool, c.IP, err)
-		}
-	}
-	return c, err
+	return store.CreateAndSetCursor(ctx, s.base, hostLocalOwner(c), func(err error) {
+		fmt.Fprintf(s.warn, "cni-ipam: pool %q: cannot record last reserved address %s: %v\n", c.Pool, c.IP, err)
+	})
 }
