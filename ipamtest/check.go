@@ -363,6 +363,10 @@ func (t *trackStore) Delete(ctx context.Context, pool string, ip netip.Addr, rev
 	return t.inner.Delete(ctx, pool, ip, rev)
 }
 
+func (t *trackStore) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
+	return t.inner.Owned(ctx, q)
+}
+
 // Cursor and SetCursor pass through when the Store keeps cursors, and
 // behave as a Store without them otherwise.
 func (t *trackStore) Cursor(ctx context.Context, pool string) (netip.Addr, error) {

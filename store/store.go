@@ -12,9 +12,17 @@
 // be written, tested and versioned without the allocator. Every implementation
 // should pass the conformance suite in package storetest.
 //
+// The Store is the one truth about who holds what: besides the claims of an
+// address, it answers which claims an owner holds (Owned), by pod UID, by a
+// stable owner's namespace and name, or by container ID, so that any number of
+// allocators, in one process or many, agree on ownership without sharing
+// memory.
+//
 // Optional capabilities are separate interfaces found by type assertion, as in
-// io/fs: Cursors (a per-pool "last reserved address" hint) and CursorCreator
-// (a Create that moves that hint in the same call).
+// io/fs: Cursors (a per-pool "last reserved address" hint), CursorCreator (a
+// Create that moves that hint in the same call), ExclusiveCreator (a Create
+// that also checks what the owner holds, in the same atomic step) and Watcher
+// (a stream of every change).
 package store
 
 import (
@@ -123,6 +131,16 @@ type Store interface {
 	// returns ErrNotFound if there is no claim and ErrConflict if the revision
 	// differs.
 	Delete(ctx context.Context, pool string, ip netip.Addr, rev int64) error
+	// Owned returns every claim that q matches (see OwnerQuery.Matches), in
+	// every pool, in no particular order; an empty result is not an error.
+	// The slice is the caller's to keep and modify. It reflects every write
+	// that completed before it was called, through any Store on the same
+	// backend, as Get does: it is the answer an allocator hands out and
+	// releases addresses by, not a cache. Its cost must not grow with the
+	// number of claims of other owners. It returns an error if q is not
+	// valid (OwnerQuery.Validate). As List, it returns the claims it could
+	// read with an error wrapping ErrCorrupt if some records cannot be read.
+	Owned(ctx context.Context, q OwnerQuery) ([]Claim, error)
 }
 
 // Cursors is an optional Store capability: a per-pool "last reserved address"

@@ -84,6 +84,15 @@ func (s *stateStore) Delete(ctx context.Context, pool string, ip netip.Addr, rev
 	return s.base.Delete(ctx, pool, ip, rev)
 }
 
+func (s *stateStore) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
+	cs, err := s.base.Owned(ctx, q)
+	if err != nil && errors.Is(err, filestore.ErrCorrupt) {
+		fmt.Fprintf(s.warn, "cni-ipam: owner %s: addresses kept taken: %v\n", q, err)
+		return cs, nil
+	}
+	return cs, err
+}
+
 func (s *stateStore) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
 	return s.base.Cursor(ctx, pool)
 }

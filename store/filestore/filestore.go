@@ -408,6 +408,41 @@ func (s *Store) List(ctx context.Context, poolName string) ([]store.Claim, error
 	return claims, nil
 }
 
+// Owned returns the claims of q's container, read from every claim file of
+// every pool, as host-local's GetByID reads them. The format keeps container
+// IDs only, so a query by UID or name has no claims.
+//
+// It reads every claim file: an owner index that answers without doing so is
+// still to come.
+func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
+	if err := q.Validate(); err != nil {
+		return nil, fmt.Errorf("filestore: %w", err)
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, fmt.Errorf("filestore: owned %s: %w", q, err)
+	}
+	if q.Kind != store.KindContainer {
+		return nil, nil
+	}
+	var out []store.Claim
+	var errs []error
+	for name := range s.pools {
+		cs, err := s.List(ctx, name)
+		if err != nil {
+			if !errors.Is(err, store.ErrCorrupt) {
+				return nil, err
+			}
+			errs = append(errs, err)
+		}
+		for _, c := range cs {
+			if q.Matches(c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
 // ready reports why the Store cannot serve a call: ctx is done, or it is closed.
 func (s *Store) ready(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {

@@ -176,6 +176,36 @@ func (a *adapter) Update(ctx context.Context, c store.Claim, rev int64) (store.C
 	return got, err
 }
 
+// Owned reads every pool's directory under the root, whichever instance
+// made it, and keeps the claims whose decoded owner q matches: the owners
+// are encoded, so the filestore's own Owned cannot ask for them.
+func (a *adapter) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
+	if err := q.Validate(); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(a.root)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Claim
+	for _, e := range entries {
+		name, err := hex.DecodeString(strings.TrimSuffix(e.Name(), "-"))
+		if err != nil {
+			continue
+		}
+		cs, err := a.List(ctx, string(name))
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range cs {
+			if q.Matches(c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}
+
 func (a *adapter) Delete(ctx context.Context, pool string, ip netip.Addr, rev int64) error {
 	s, err := a.store(pool)
 	if err != nil {

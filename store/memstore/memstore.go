@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 
 	"github.com/ipamkit/ipam/internal/readmap"
@@ -19,7 +20,8 @@ var errInvalidIP = errors.New("ip is not a valid address")
 var (
 	_ store.Store         = (*Store)(nil)
 	_ store.Cursors       = (*Store)(nil)
-	_ store.CursorCreator = (*Store)(nil)
+	_ store.CursorCreator    = (*Store)(nil)
+	_ store.ExclusiveCreator = (*Store)(nil)
 )
 
 // Store is an in-memory store.Store that also implements store.Cursors and
@@ -35,13 +37,14 @@ type Store struct {
 // own lock, so writes to different pools do not wait for each other, and finding
 // a known pool takes no lock at all (see readmap): pools are never removed.
 type backend struct {
-	pools readmap.Map[*poolClaims]
-	rev   atomic.Int64 // last revision handed out; 0 before the first write
+	pools  readmap.Map[*poolClaims]
+	rev    atomic.Int64 // last revision handed out; 0 before the first write
+	owners *owners
 }
 
 // New returns an empty Store on a fresh backend of its own.
 func New() *Store {
-	return &Store{b: &backend{}}
+	return &Store{b: &backend{owners: newOwners()}}
 }
 
 // Open returns a new, separate Store on the same backend as s: claims, cursors
@@ -136,10 +139,21 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.C
 		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, err)
 	}
 	p := s.b.poolForWrite(c.Pool)
+	c, err := s.insert(p, c, cursor)
+	if err != nil {
+		return store.Claim{}, err
+	}
+	s.b.owners.add(c.Owner, p, c.IP)
+	return c, nil
+}
+
+// insert adds c to p, with a new revision, and moves p's cursor to it if
+// cursor is set. The caller indexes its owner.
+func (s *Store) insert(p *poolClaims, c store.Claim, cursor bool) (store.Claim, error) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	r := p.add(c.IP)
 	if r == nil {
-		p.mu.Unlock()
 		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, store.ErrExists)
 	}
 	c.Revision = s.b.rev.Add(1)
@@ -147,8 +161,59 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.C
 	if cursor {
 		p.cursor = c.IP
 	}
-	p.mu.Unlock()
 	return c, nil
+}
+
+// CreateExclusive is CreateAndSetCursor, unless c's owner already holds a
+// claim of c.IP's family on c's interface or on none (store.Conflicts): it
+// then returns a *store.HeldError with those claims and creates nothing. The
+// check and the create are one atomic step with respect to every other write
+// that gives the owner's primary identity a claim.
+func (s *Store) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, err)
+	}
+	if err := c.Validate(); err != nil {
+		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, err)
+	}
+	q := c.Owner.Query()
+	q.Interface = ""
+	sh := s.b.owners.shard(q)
+	sh.mu.Lock()
+	var buf [2]store.Claim
+	held := sh.collectLocked(c.Owner.Query(), buf[:0])
+	held = slices.DeleteFunc(held, func(h store.Claim) bool { return !store.Conflicts(c, h) })
+	if len(held) > 0 {
+		sh.mu.Unlock()
+		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP,
+			&store.HeldError{Claim: c, Held: slices.Clone(held)})
+	}
+	p := s.b.poolForWrite(c.Pool)
+	c, err := s.insert(p, c, true)
+	if err != nil {
+		sh.mu.Unlock()
+		return store.Claim{}, err
+	}
+	sh.addLocked(q, ref{p, c.IP})
+	sh.mu.Unlock()
+	s.b.owners.addExcept(c.Owner, p, c.IP, q)
+	return c, nil
+}
+
+// Owned returns every claim that q matches, in no particular order, in a new
+// slice the caller owns (nil if there is none). Its cost is that of the
+// claims of q's identity.
+func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memstore: owned %s: %w", q, err)
+	}
+	if err := q.Validate(); err != nil {
+		return nil, fmt.Errorf("memstore: %w", err)
+	}
+	sh := s.b.owners.shard(q)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.collectLocked(q, nil), nil
 }
 
 // Update replaces the claim for (c.Pool, c.IP) with c if its current revision is
@@ -168,17 +233,23 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, store.ErrNotFound)
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	r := p.get(c.IP)
 	if r == nil {
+		p.mu.Unlock()
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, store.ErrNotFound)
 	}
 	if r.rev != rev {
+		cur := r.rev
+		p.mu.Unlock()
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s at revision %d (current %d): %w",
-			c.Pool, c.IP, rev, r.rev, store.ErrConflict)
+			c.Pool, c.IP, rev, cur, store.ErrConflict)
 	}
+	old := r.owner
 	c.Revision = s.b.rev.Add(1)
 	*r = record{owner: c.Owner, time: c.Time, rev: c.Revision}
+	p.mu.Unlock()
+	s.b.owners.add(c.Owner, p, c.IP)
+	s.b.owners.remove(old, p, c.IP)
 	return c, nil
 }
 
@@ -197,17 +268,22 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, store.ErrNotFound)
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	r := p.get(ip)
 	if r == nil {
+		p.mu.Unlock()
 		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, store.ErrNotFound)
 	}
 	if r.rev != rev {
+		cur := r.rev
+		p.mu.Unlock()
 		return fmt.Errorf("memstore: delete %s/%s at revision %d (current %d): %w",
-			pool, ip, rev, r.rev, store.ErrConflict)
+			pool, ip, rev, cur, store.ErrConflict)
 	}
+	old := r.owner
 	s.b.rev.Add(1)
 	p.remove(ip)
+	p.mu.Unlock()
+	s.b.owners.remove(old, p, ip)
 	return nil
 }
 

@@ -95,6 +95,38 @@
 //     with every other goroutine calling it instead of Create, each address
 //     still has exactly one winner, and the cursor ends at an address it
 //     created (or unset if it created none).
+//   - Owned: claims of a pod on two interfaces and in two pools, one claim
+//     that records no interface, a stable owner, a pod of the same name that
+//     is not stable, and a stranger: Owned by UID, by container ID and, for the
+//     stable owner only, by namespace/name returns exactly that owner's
+//     claims, revisions included; narrowed to an interface, it returns that
+//     interface's claims and the one that records none; unknown owners have
+//     none; the slice is the caller's; invalid queries fail without panicking.
+//   - OwnedInstances: the answer of one instance follows the writes of
+//     another, also after it has answered before (no instance may keep
+//     answers): a create, an Update that gives the claim to another owner, a
+//     Delete, a create again at the same address, a stable owner's claim
+//     re-pointed to a new UID (found by name, and by the new UID only), and a
+//     newly opened instance agrees.
+//   - OwnedRace: goroutines on two instances create, re-point and delete
+//     claims of two owners on three shared addresses; every claim Owned
+//     returns meanwhile is one the query matches, and afterwards Owned on
+//     every instance equals what List holds.
+//   - CreateExclusive: only if the Store implements store.ExclusiveCreator:
+//     it creates like CreateAndSetCursor, and refuses, with a
+//     *store.HeldError listing them and creating nothing, while the owner
+//     holds a claim of the same family on the same interface or on none,
+//     in any pool, before it checks whether the address is free; other
+//     families, other interfaces, another owner of the same name that is not
+//     stable are no conflict; a stable owner is one owner across pod UIDs.
+//   - CreateExclusiveRace: for each of 16 owners, 8 goroutines on two
+//     instances CreateExclusive a claim on the same interface at different
+//     addresses: exactly one succeeds, the others fail with store.ErrHeld.
+//
+// RunConfig runs the suite for a Store that keeps less than a whole Owner:
+// with Config.ContainerOwners (host-local's format), the suite's owners have
+// only a container ID and an interface, and owners are asked for by
+// container ID.
 //
 // Times are compared with a tolerance of one second, so that a store which keeps
 // claim times only to the second passes; the claims use a fixed time in 2024 with

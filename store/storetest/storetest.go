@@ -21,26 +21,46 @@ import (
 // it returns sees the writes made through the others.
 type Opener func() store.Store
 
+// Config says what a Store can hold, for the checks to fit it. The zero Config
+// is a Store that keeps every Owner field.
+type Config struct {
+	// ContainerOwners says the Store keeps only an owner's container ID and
+	// interface, as host-local's format does: the suite's owners then have
+	// only those, and the owner checks ask by container ID only.
+	ContainerOwners bool
+}
+
 // Run runs every check of the suite against the Store implementation that
 // newBackend provides, each as a subtest of t (see the package documentation for
 // the list). newBackend is called once per subtest, with the subtest's t, and must
 // return an Opener for a fresh, empty backend.
 func Run(t *testing.T, newBackend func(t *testing.T) Opener) {
+	RunConfig(t, Config{}, newBackend)
+}
+
+// RunConfig is Run for a Store that cfg describes.
+func RunConfig(t *testing.T, cfg Config, newBackend func(t *testing.T) Opener) {
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
 			open := newBackend(t)
 			if open == nil {
 				t.Fatal("newBackend returned a nil Opener")
 			}
-			c.run(t, open)
+			c.run(t, &suite{open: open, cfg: cfg})
 		})
 	}
+}
+
+// suite is what a check runs against: a backend and what it can hold.
+type suite struct {
+	open Opener
+	cfg  Config
 }
 
 // checks is the suite, in the order Run runs it.
 var checks = []struct {
 	name string
-	run  func(t *testing.T, open Opener)
+	run  func(t *testing.T, x *suite)
 }{
 	{"CreateGet", testCreateGet},
 	{"CreateExists", testCreateExists},
@@ -57,6 +77,11 @@ var checks = []struct {
 	{"InvalidClaim", testInvalidClaim},
 	{"Cursors", testCursors},
 	{"CreateAndSetCursor", testCreateAndSetCursor},
+	{"Owned", testOwned},
+	{"OwnedInstances", testOwnedInstances},
+	{"OwnedRace", testOwnedRace},
+	{"CreateExclusive", testCreateExclusive},
+	{"CreateExclusiveRace", testCreateExclusiveRace},
 }
 
 // claimTime is the time of the suite's claims: fixed, far from now (so a store
@@ -92,7 +117,10 @@ var sortClaims = cmpopts.SortSlices(func(a, b store.Claim) bool {
 
 // owner returns a fully populated owner whose every field carries id, so a store
 // that drops any field fails the comparison.
-func owner(id string) store.Owner {
+func (x *suite) owner(id string) store.Owner {
+	if x.cfg.ContainerOwners {
+		return store.Owner{ContainerID: "ctr-" + id, Interface: "eth-" + id}
+	}
 	return store.Owner{
 		Namespace:   "ns-" + id,
 		Name:        "pod-" + id,
@@ -102,9 +130,9 @@ func owner(id string) store.Owner {
 	}
 }
 
-// claim returns a valid claim of ip in pool, held by owner(id).
-func claim(pool, ip, id string) store.Claim {
-	return store.Claim{Pool: pool, IP: netip.MustParseAddr(ip), Owner: owner(id), Time: claimTime}
+// claim returns a valid claim of ip in pool, held by x.owner(id).
+func (x *suite) claim(pool, ip, id string) store.Claim {
+	return store.Claim{Pool: pool, IP: netip.MustParseAddr(ip), Owner: x.owner(id), Time: claimTime}
 }
 
 // mustCreate creates c and checks that the returned claim is c with a positive
@@ -165,10 +193,10 @@ func wantErr(t *testing.T, what string, err, target error) {
 	}
 }
 
-func testCreateGet(t *testing.T, open Opener) {
-	s := open()
-	v4 := mustCreate(t, s, claim("blue", "10.0.0.1", "a"))
-	v6 := mustCreate(t, s, claim("blue", "2001:db8::1", "b"))
+func testCreateGet(t *testing.T, x *suite) {
+	s := x.open()
+	v4 := mustCreate(t, s, x.claim("blue", "10.0.0.1", "a"))
+	v6 := mustCreate(t, s, x.claim("blue", "2001:db8::1", "b"))
 	wantClaim(t, s, v4)
 	wantClaim(t, s, v6)
 
@@ -187,11 +215,11 @@ func testCreateGet(t *testing.T, open Opener) {
 	wantList(t, s, "green", nil)
 }
 
-func testCreateExists(t *testing.T, open Opener) {
-	s := open()
-	first := mustCreate(t, s, claim("blue", "10.0.0.1", "a"))
+func testCreateExists(t *testing.T, x *suite) {
+	s := x.open()
+	first := mustCreate(t, s, x.claim("blue", "10.0.0.1", "a"))
 	for _, id := range []string{"b", "a"} { // another owner, and the holder itself
-		c := claim("blue", "10.0.0.1", id)
+		c := x.claim("blue", "10.0.0.1", id)
 		c.Time = claimTime.Add(time.Hour)
 		got, err := s.Create(t.Context(), c)
 		wantErr(t, fmt.Sprintf("second Create(%s) by %s returned %+v", c.Key(), c.Owner, got), err, store.ErrExists)
@@ -200,19 +228,19 @@ func testCreateExists(t *testing.T, open Opener) {
 	wantList(t, s, "blue", []store.Claim{first})
 }
 
-func testPoolsIndependent(t *testing.T, open Opener) {
-	s := open()
+func testPoolsIndependent(t *testing.T, x *suite) {
+	s := x.open()
 	// "blue" is a prefix of "blue-2": a store that lists or deletes by key prefix
 	// without a separator mixes them up.
-	a := mustCreate(t, s, claim("blue", "10.0.0.1", "a"))
-	b := mustCreate(t, s, claim("blue-2", "10.0.0.1", "b"))
+	a := mustCreate(t, s, x.claim("blue", "10.0.0.1", "a"))
+	b := mustCreate(t, s, x.claim("blue-2", "10.0.0.1", "b"))
 	wantClaim(t, s, a)
 	wantClaim(t, s, b)
 	wantList(t, s, "blue", []store.Claim{a})
 	wantList(t, s, "blue-2", []store.Claim{b})
 
 	u := b
-	u.Owner = owner("c")
+	u.Owner = x.owner("c")
 	u, err := s.Update(t.Context(), u, b.Revision)
 	if err != nil {
 		t.Fatalf("Update(%s): %v", b.Key(), err)
@@ -227,13 +255,13 @@ func testPoolsIndependent(t *testing.T, open Opener) {
 	wantList(t, s, "blue-2", []store.Claim{u})
 }
 
-func testUpdate(t *testing.T, open Opener) {
-	s := open()
-	orig := mustCreate(t, s, claim("blue", "2001:db8::1", "a"))
+func testUpdate(t *testing.T, x *suite) {
+	s := x.open()
+	orig := mustCreate(t, s, x.claim("blue", "2001:db8::1", "a"))
 
 	// Re-point the claim, as the allocator does, starting from what it read.
 	next := orig
-	next.Owner = owner("b")
+	next.Owner = x.owner("b")
 	next.Time = claimTime.Add(time.Hour)
 	got, err := s.Update(t.Context(), next, orig.Revision)
 	if err != nil {
@@ -249,7 +277,7 @@ func testUpdate(t *testing.T, open Opener) {
 	wantClaim(t, s, got)
 
 	stale := orig
-	stale.Owner = owner("c")
+	stale.Owner = x.owner("c")
 	_, err = s.Update(t.Context(), stale, orig.Revision)
 	wantErr(t, fmt.Sprintf("Update(%s) at stale revision %d (current %d)", orig.Key(), orig.Revision, got.Revision),
 		err, store.ErrConflict)
@@ -257,27 +285,27 @@ func testUpdate(t *testing.T, open Opener) {
 
 	// The current revision still works after a failed attempt.
 	again := got
-	again.Owner = owner("d")
+	again.Owner = x.owner("d")
 	again, err = s.Update(t.Context(), again, got.Revision)
 	if err != nil {
 		t.Fatalf("Update(%s) at current revision %d after a conflict: %v", got.Key(), got.Revision, err)
 	}
 	wantClaim(t, s, again)
 
-	absent := claim("blue", "2001:db8::2", "a")
+	absent := x.claim("blue", "2001:db8::2", "a")
 	_, err = s.Update(t.Context(), absent, again.Revision)
 	wantErr(t, "Update of an absent claim", err, store.ErrNotFound)
 	wantNotFound(t, s, absent.Pool, absent.IP)
-	_, err = s.Update(t.Context(), claim("green", "2001:db8::1", "a"), again.Revision)
+	_, err = s.Update(t.Context(), x.claim("green", "2001:db8::1", "a"), again.Revision)
 	wantErr(t, "Update in an unknown pool", err, store.ErrNotFound)
 	wantNotFound(t, s, "green", orig.IP)
 	wantList(t, s, "blue", []store.Claim{again})
 }
 
-func testDelete(t *testing.T, open Opener) {
-	s := open()
-	c := mustCreate(t, s, claim("blue", "10.0.0.1", "a"))
-	other := mustCreate(t, s, claim("blue", "10.0.0.2", "b"))
+func testDelete(t *testing.T, x *suite) {
+	s := x.open()
+	c := mustCreate(t, s, x.claim("blue", "10.0.0.1", "a"))
+	other := mustCreate(t, s, x.claim("blue", "10.0.0.2", "b"))
 
 	for _, rev := range []int64{c.Revision + 1, c.Revision - 1, 0, other.Revision} {
 		if rev == c.Revision {
@@ -304,7 +332,7 @@ func testDelete(t *testing.T, open Opener) {
 	// The address is free again. Its new claim must not answer to the old
 	// revision, or the old holder's late release would free the new holder's
 	// address.
-	re := mustCreate(t, s, claim("blue", "10.0.0.1", "c"))
+	re := mustCreate(t, s, x.claim("blue", "10.0.0.1", "c"))
 	wantClaim(t, s, re)
 	if re.Revision == c.Revision {
 		t.Fatalf("Create(%s) after Delete reused the deleted claim's revision %d", re.Key(), re.Revision)
@@ -318,15 +346,15 @@ func testDelete(t *testing.T, open Opener) {
 	wantClaim(t, s, re)
 }
 
-func testList(t *testing.T, open Opener) {
-	s := open()
+func testList(t *testing.T, x *suite) {
+	s := x.open()
 	var want []store.Claim
 	for i, ip := range []string{"10.0.0.1", "2001:db8::1", "10.0.0.2", "2001:db8::ff", "10.0.1.255", "fe80::1"} {
-		want = append(want, mustCreate(t, s, claim("blue", ip, fmt.Sprint(i))))
+		want = append(want, mustCreate(t, s, x.claim("blue", ip, fmt.Sprint(i))))
 	}
 	// Claims of other pools, one of them named with "blue" as a prefix.
-	mustCreate(t, s, claim("blue-2", "10.0.0.3", "x"))
-	mustCreate(t, s, claim("green", "10.0.0.1", "y"))
+	mustCreate(t, s, x.claim("blue-2", "10.0.0.3", "x"))
+	mustCreate(t, s, x.claim("green", "10.0.0.1", "y"))
 	wantList(t, s, "blue", want)
 
 	got, err := s.List(t.Context(), "blue")
@@ -341,7 +369,7 @@ func testList(t *testing.T, open Opener) {
 		got[i].Time = time.Time{}
 		got[i].IP = netip.MustParseAddr("192.0.2.1")
 	}
-	got[0] = claim("blue", "192.0.2.2", "z")
+	got[0] = x.claim("blue", "192.0.2.2", "z")
 	wantList(t, s, "blue", want)
 	for _, c := range want {
 		wantClaim(t, s, c)
@@ -354,13 +382,13 @@ func testList(t *testing.T, open Opener) {
 	wantList(t, s, "blue", append(want[:1:1], want[2:]...))
 }
 
-func testReopen(t *testing.T, open Opener) {
-	s1 := open()
+func testReopen(t *testing.T, x *suite) {
+	s1 := x.open()
 	var want []store.Claim
 	for i, ip := range []string{"10.0.0.1", "10.0.0.2", "2001:db8::1"} {
-		want = append(want, mustCreate(t, s1, claim("blue", ip, fmt.Sprint(i))))
+		want = append(want, mustCreate(t, s1, x.claim("blue", ip, fmt.Sprint(i))))
 	}
-	s2 := open()
+	s2 := x.open()
 	wantList(t, s2, "blue", want)
 	for _, c := range want {
 		wantClaim(t, s2, c)
@@ -371,10 +399,10 @@ func testReopen(t *testing.T, open Opener) {
 		t.Fatalf("Delete(%s) through a reopened instance: %v", want[0].Key(), err)
 	}
 	wantNotFound(t, s1, want[0].Pool, want[0].IP)
-	c := mustCreate(t, s2, claim("blue", "10.0.0.3", "x"))
+	c := mustCreate(t, s2, x.claim("blue", "10.0.0.3", "x"))
 	wantClaim(t, s1, c)
 	wantList(t, s1, "blue", append(want[1:], c))
-	wantList(t, open(), "blue", append(want[1:], c))
+	wantList(t, x.open(), "blue", append(want[1:], c))
 }
 
 const (
@@ -382,13 +410,13 @@ const (
 	raceAddrs      = 64
 )
 
-func testCreateRace(t *testing.T, open Opener) {
-	s := open()
-	raceCreate(t, []store.Store{s}, s, "blue", false)
+func testCreateRace(t *testing.T, x *suite) {
+	s := x.open()
+	raceCreate(t, x, []store.Store{s}, s, "blue", false)
 }
 
-func testCreateRaceInstances(t *testing.T, open Opener) {
-	raceCreate(t, []store.Store{open(), open()}, open(), "blue", false)
+func testCreateRaceInstances(t *testing.T, x *suite) {
+	raceCreate(t, x, []store.Store{x.open(), x.open()}, x.open(), "blue", false)
 }
 
 // raceCreate has raceGoroutines goroutines, spread over stores, Create the same
@@ -398,7 +426,7 @@ func testCreateRaceInstances(t *testing.T, open Opener) {
 // goroutine calls CreateAndSetCursor instead, and the pool's cursor is then
 // checked to be an address that one of those created, or unset if they created
 // none.
-func raceCreate(t *testing.T, stores []store.Store, check store.Store, pool string, cursors bool) {
+func raceCreate(t *testing.T, x *suite, stores []store.Store, check store.Store, pool string, cursors bool) {
 	ips := make([]netip.Addr, raceAddrs)
 	for i := range ips {
 		if i%2 == 0 {
@@ -428,7 +456,7 @@ func raceCreate(t *testing.T, stores []store.Store, check store.Store, pool stri
 			// collide both head-on and in passing.
 			for k := range ips {
 				i := (k + g*len(ips)/raceGoroutines) % len(ips)
-				c := store.Claim{Pool: pool, IP: ips[i], Owner: owner(fmt.Sprint(g)), Time: claimTime}
+				c := store.Claim{Pool: pool, IP: ips[i], Owner: x.owner(fmt.Sprint(g)), Time: claimTime}
 				var got store.Claim
 				var err error
 				if byCursor(g) {
@@ -461,7 +489,7 @@ func raceCreate(t *testing.T, stores []store.Store, check store.Store, pool stri
 			continue
 		}
 		w := results[won[0]][i].claim
-		want := store.Claim{Pool: pool, IP: ip, Owner: owner(fmt.Sprint(won[0])), Time: claimTime}
+		want := store.Claim{Pool: pool, IP: ip, Owner: x.owner(fmt.Sprint(won[0])), Time: claimTime}
 		if diff := cmp.Diff(want, w, cmpClaim, ignoreRevision); diff != "" {
 			t.Errorf("winning Create(%s/%s) returned (-want +got):\n%s", pool, ip, diff)
 		}
@@ -498,24 +526,24 @@ const (
 	raceRounds  = 20
 )
 
-func testUpdateRace(t *testing.T, open Opener) {
-	raceWrite(t, open, false)
+func testUpdateRace(t *testing.T, x *suite) {
+	raceWrite(t, x, false)
 }
 
-func testUpdateDeleteRace(t *testing.T, open Opener) {
-	raceWrite(t, open, true)
+func testUpdateDeleteRace(t *testing.T, x *suite) {
+	raceWrite(t, x, true)
 }
 
 // raceWrite creates a claim and has raceWriters goroutines, spread over two
 // instances, read it and write it at the revision they read: each an Update to
 // itself, or, with deletes, every other one a Delete. Exactly one write must
 // succeed.
-func raceWrite(t *testing.T, open Opener, deletes bool) {
+func raceWrite(t *testing.T, x *suite, deletes bool) {
 	ctx := t.Context()
-	stores := []store.Store{open(), open()}
+	stores := []store.Store{x.open(), x.open()}
 	for round := range raceRounds {
 		ip := netip.AddrFrom4([4]byte{10, 0, 1, byte(round)})
-		created := mustCreate(t, stores[0], store.Claim{Pool: "blue", IP: ip, Owner: owner("creator"), Time: claimTime})
+		created := mustCreate(t, stores[0], store.Claim{Pool: "blue", IP: ip, Owner: x.owner("creator"), Time: claimTime})
 
 		var (
 			ready, wg sync.WaitGroup
@@ -540,7 +568,7 @@ func raceWrite(t *testing.T, open Opener, deletes bool) {
 					return
 				}
 				c := read
-				c.Owner = owner(fmt.Sprint(g))
+				c.Owner = x.owner(fmt.Sprint(g))
 				results[g], errs[g] = s.Update(ctx, c, read.Revision)
 			})
 		}
@@ -582,7 +610,7 @@ func raceWrite(t *testing.T, open Opener, deletes bool) {
 		if w.Revision == created.Revision || w.Revision <= 0 {
 			t.Fatalf("round %d: winning Update returned revision %d, created at %d", round, w.Revision, created.Revision)
 		}
-		if w.Owner != owner(fmt.Sprint(winner)) {
+		if w.Owner != x.owner(fmt.Sprint(winner)) {
 			t.Fatalf("round %d: winning Update by goroutine %d returned owner %s", round, winner, w.Owner)
 		}
 		wantClaim(t, stores[0], w)
@@ -590,21 +618,21 @@ func raceWrite(t *testing.T, open Opener, deletes bool) {
 	}
 }
 
-func testCanceledContext(t *testing.T, open Opener) {
-	s := open()
+func testCanceledContext(t *testing.T, x *suite) {
+	s := x.open()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 
-	c := claim("blue", "10.0.0.1", "a")
+	c := x.claim("blue", "10.0.0.1", "a")
 	if got, err := s.Create(ctx, c); err == nil {
 		t.Errorf("Create(%s) with a canceled context succeeded (%+v), want an error", c.Key(), got)
 	}
 	wantNotFound(t, s, c.Pool, c.IP)
 	wantList(t, s, c.Pool, nil)
 
-	held := mustCreate(t, s, claim("blue", "10.0.0.2", "b"))
+	held := mustCreate(t, s, x.claim("blue", "10.0.0.2", "b"))
 	next := held
-	next.Owner = owner("c")
+	next.Owner = x.owner("c")
 	if got, err := s.Update(ctx, next, held.Revision); err == nil {
 		t.Errorf("Update(%s) with a canceled context succeeded (%+v), want an error", held.Key(), got)
 	}
@@ -627,9 +655,9 @@ func noPanic(t *testing.T, what string, f func()) {
 	f()
 }
 
-func testInvalidClaim(t *testing.T, open Opener) {
-	s := open()
-	valid := claim("blue", "10.0.0.1", "a")
+func testInvalidClaim(t *testing.T, x *suite) {
+	s := x.open()
+	valid := x.claim("blue", "10.0.0.1", "a")
 	noPool, noIP, noOwner := valid, valid, valid
 	noPool.Pool = ""
 	noIP.IP = netip.Addr{}
@@ -690,8 +718,8 @@ func wantCursor(t *testing.T, cs store.Cursors, pool string, want netip.Addr) {
 	}
 }
 
-func testCursors(t *testing.T, open Opener) {
-	s := open()
+func testCursors(t *testing.T, x *suite) {
+	s := x.open()
 	cs, ok := s.(store.Cursors)
 	if !ok {
 		t.Skipf("%T does not implement store.Cursors", s)
@@ -721,7 +749,7 @@ func testCursors(t *testing.T, open Opener) {
 	wantNotFound(t, s, "blue", blue2)
 	wantList(t, s, "blue", nil)
 
-	s2 := open()
+	s2 := x.open()
 	cs2, ok := s2.(store.Cursors)
 	if !ok {
 		t.Fatalf("%T implements store.Cursors but the reopened %T does not", s, s2)
@@ -751,8 +779,8 @@ func mustCreateAndSetCursor(t *testing.T, cc store.CursorCreator, c store.Claim)
 	return got
 }
 
-func testCreateAndSetCursor(t *testing.T, open Opener) {
-	s := open()
+func testCreateAndSetCursor(t *testing.T, x *suite) {
+	s := x.open()
 	cc, ok := s.(store.CursorCreator)
 	if !ok {
 		t.Skipf("%T does not implement store.CursorCreator", s)
@@ -761,17 +789,17 @@ func testCreateAndSetCursor(t *testing.T, open Opener) {
 
 	// A success creates the claim, as Create does, and moves the cursor of its
 	// pool only.
-	a := mustCreateAndSetCursor(t, cc, claim("blue", "10.0.0.5", "a"))
+	a := mustCreateAndSetCursor(t, cc, x.claim("blue", "10.0.0.5", "a"))
 	wantClaim(t, s, a)
 	wantCursor(t, cc, "blue", a.IP)
 	wantCursor(t, cc, "blue-2", netip.Addr{})
-	b := mustCreateAndSetCursor(t, cc, claim("blue", "2001:db8::5", "b"))
+	b := mustCreateAndSetCursor(t, cc, x.claim("blue", "2001:db8::5", "b"))
 	wantClaim(t, s, b)
 	wantCursor(t, cc, "blue", b.IP)
 
 	// The claim is a claim like any other, and the cursor a cursor, seen through
 	// another instance.
-	s2 := open()
+	s2 := x.open()
 	cs2, ok := s2.(store.Cursors)
 	if !ok {
 		t.Fatalf("%T implements store.CursorCreator but the reopened %T does not implement store.Cursors", s, s2)
@@ -779,15 +807,15 @@ func testCreateAndSetCursor(t *testing.T, open Opener) {
 	wantClaim(t, s2, a)
 	wantList(t, s2, "blue", []store.Claim{a, b})
 	wantCursor(t, cs2, "blue", b.IP)
-	got, err := s2.Create(ctx, claim("blue", "10.0.0.5", "x"))
+	got, err := s2.Create(ctx, x.claim("blue", "10.0.0.5", "x"))
 	wantErr(t, fmt.Sprintf("Create(%s) of a claim made by CreateAndSetCursor returned %+v", a.Key(), got), err, store.ErrExists)
 
 	// A failure, whatever its cause, leaves the claims and the cursor as they
 	// were: here every attempt names an address other than the cursor's.
-	exists := claim("blue", "10.0.0.5", "c") // claimed by a, through CreateAndSetCursor
+	exists := x.claim("blue", "10.0.0.5", "c") // claimed by a, through CreateAndSetCursor
 	got, err = cc.CreateAndSetCursor(ctx, exists)
 	wantErr(t, fmt.Sprintf("CreateAndSetCursor(%s) of a claimed address returned %+v", exists.Key(), got), err, store.ErrExists)
-	byCreate := mustCreate(t, s2, claim("blue", "10.0.0.6", "d"))
+	byCreate := mustCreate(t, s2, x.claim("blue", "10.0.0.6", "d"))
 	if cc2, ok := s2.(store.CursorCreator); ok {
 		got, err = cc2.CreateAndSetCursor(ctx, byCreate)
 	} else {
@@ -799,7 +827,7 @@ func testCreateAndSetCursor(t *testing.T, open Opener) {
 	wantCursor(t, cc, "blue", b.IP)
 	wantCursor(t, cs2, "blue", b.IP)
 
-	noOwner, noIP, noPool := claim("blue", "10.0.0.7", "e"), claim("blue", "10.0.0.7", "e"), claim("", "10.0.0.7", "e")
+	noOwner, noIP, noPool := x.claim("blue", "10.0.0.7", "e"), x.claim("blue", "10.0.0.7", "e"), x.claim("", "10.0.0.7", "e")
 	noOwner.Owner = store.Owner{Namespace: "default", Name: "web-0"}
 	noIP.IP = netip.Addr{}
 	for _, tc := range []struct {
@@ -814,7 +842,7 @@ func testCreateAndSetCursor(t *testing.T, open Opener) {
 	}
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	if got, err := cc.CreateAndSetCursor(canceled, claim("blue", "10.0.0.7", "f")); err == nil {
+	if got, err := cc.CreateAndSetCursor(canceled, x.claim("blue", "10.0.0.7", "f")); err == nil {
 		t.Errorf("CreateAndSetCursor with a canceled context succeeded (%+v), want an error", got)
 	}
 	wantNotFound(t, s, "blue", noOwner.IP)
@@ -827,10 +855,10 @@ func testCreateAndSetCursor(t *testing.T, open Opener) {
 		t.Fatalf("SetCursor(blue, %s): %v", set, err)
 	}
 	wantCursor(t, cc, "blue", set)
-	c := mustCreateAndSetCursor(t, cc, claim("blue", "10.0.0.8", "g"))
+	c := mustCreateAndSetCursor(t, cc, x.claim("blue", "10.0.0.8", "g"))
 	wantCursor(t, cs2, "blue", c.IP)
 
 	// CreateAndSetCursor races Create on another instance as Create does: one
 	// winner per address.
-	raceCreate(t, []store.Store{open(), open()}, open(), "green", true)
+	raceCreate(t, x, []store.Store{x.open(), x.open()}, x.open(), "green", true)
 }

@@ -117,6 +117,39 @@ var mutants = []struct {
 		fail: []string{"Reopen", "CreateRaceInstances", "UpdateRace", "UpdateDeleteRace", "Cursors", "CreateAndSetCursor"},
 	},
 	{
+		name: "owned-cached", // each instance keeps the answers it gave until it writes
+		open: shared(func(m *mutant) { m.ownedCache = map[store.OwnerQuery][]store.Claim{} }),
+		fail: []string{"OwnedInstances"},
+	},
+	{
+		name: "owned-exact-interface", // narrowing by interface drops claims that record none
+		open: shared(func(m *mutant) { m.ownedExactInterface = true }),
+		fail: []string{"Owned", "OwnedInstances"},
+	},
+	{
+		name: "owned-primary-identity", // finds a claim only by its owner's primary identity
+		open: shared(func(m *mutant) { m.ownedPrimaryOnly = true }),
+		fail: []string{"Owned", "OwnedInstances"},
+	},
+	{
+		name: "exclusive-check-then-create", // asks Owned, then Creates: two steps
+		open: shared(func(m *mutant) { m.exclusiveTwoSteps = true }),
+		fail: []string{"CreateExclusiveRace"},
+	},
+	{
+		name: "exclusive-any-family", // refuses whatever the family
+		open: shared(func(m *mutant) { m.exclusiveAnyFamily = true }),
+		fail: []string{"CreateExclusive"},
+	},
+	{
+		name: "no-exclusive-creator",
+		open: func(t *testing.T) storetest.Opener {
+			s := memstore.New()
+			return func() store.Store { o := s.Open(); return noCursorCreator{o, o} }
+		},
+		skip: []string{"CreateExclusive", "CreateExclusiveRace"},
+	},
+	{
 		name: "per-key-revisions", // restarts a key's revision at 1 when it is created again
 		open: func(t *testing.T) storetest.Opener {
 			s := memstore.New()
@@ -227,6 +260,9 @@ type mutant struct {
 	ignoresContext, dropsTime, ownClock, dropsInterface  bool
 	listPrefix, cursorIgnoresPool                        bool
 	cursorSetFirst, cursorNotSet                         bool
+	ownedExactInterface, ownedPrimaryOnly                bool
+	exclusiveTwoSteps, exclusiveAnyFamily                bool
+	ownedCache                                           map[store.OwnerQuery][]store.Claim // nil: no cache
 
 	mu        sync.Mutex
 	listCache map[string][]store.Claim // nil: no cache
@@ -261,7 +297,58 @@ func (m *mutant) forget() {
 	if m.listCache != nil {
 		clear(m.listCache)
 	}
+	if m.ownedCache != nil {
+		clear(m.ownedCache)
+	}
 	m.mu.Unlock()
+}
+
+func (m *mutant) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cached, ok := m.ownedCache[q]; ok {
+		return slices.Clone(cached), nil
+	}
+	cs, err := m.s.Owned(m.ctx(ctx), q)
+	if err != nil {
+		return nil, err
+	}
+	cs = slices.DeleteFunc(cs, func(c store.Claim) bool {
+		return m.ownedExactInterface && q.Interface != "" && c.Owner.Interface != q.Interface ||
+			m.ownedPrimaryOnly && c.Owner.Query().Kind != q.Kind
+	})
+	for i := range cs {
+		cs[i] = m.out(cs[i])
+	}
+	if m.ownedCache != nil {
+		m.ownedCache[q] = slices.Clone(cs)
+	}
+	return cs, nil
+}
+
+// CreateExclusive is memstore's, or with exclusiveTwoSteps an Owned, a pause
+// and a CreateAndSetCursor, or with exclusiveAnyFamily memstore's that also
+// refuses for a claim of the other family.
+func (m *mutant) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim, error) {
+	if m.exclusiveTwoSteps || m.exclusiveAnyFamily {
+		held, err := m.Owned(ctx, c.Owner.Query())
+		if err != nil {
+			return store.Claim{}, err
+		}
+		held = slices.DeleteFunc(held, func(h store.Claim) bool {
+			return !m.exclusiveAnyFamily && !store.Conflicts(c, h)
+		})
+		if len(held) > 0 {
+			return store.Claim{}, &store.HeldError{Claim: c, Held: held}
+		}
+		if m.exclusiveTwoSteps {
+			time.Sleep(5 * time.Millisecond) // let every racer pass the check
+		}
+		return m.CreateAndSetCursor(ctx, c)
+	}
+	defer m.forget()
+	got, err := m.s.CreateExclusive(m.ctx(ctx), m.in(c))
+	return m.out(got), err
 }
 
 func (m *mutant) Get(ctx context.Context, pool string, ip netip.Addr) (store.Claim, error) {
@@ -432,6 +519,16 @@ func (p *perKey) Update(ctx context.Context, c store.Claim, rev int64) (store.Cl
 		got.Revision = v[1] + 1
 	}
 	return got, err
+}
+
+func (p *perKey) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
+	p.v.mu.Lock()
+	defer p.v.mu.Unlock()
+	cs, err := p.s.Owned(ctx, q)
+	for i := range cs {
+		cs[i].Revision = p.v.m[cs[i].Key()][1]
+	}
+	return cs, err
 }
 
 func (p *perKey) Delete(ctx context.Context, pool string, ip netip.Addr, rev int64) error {

@@ -1,0 +1,419 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/ipamkit/ipam/store"
+)
+
+// The owners of the owner checks: a pod with two interfaces, a stable pod, a
+// pod of the same name that is not stable, and a stranger.
+func (x *suite) ownedOwners() (pod, stable, namesake, stranger store.Owner) {
+	if x.cfg.ContainerOwners {
+		return store.Owner{ContainerID: "ctr-pod"},
+			store.Owner{ContainerID: "ctr-stable"},
+			store.Owner{ContainerID: "ctr-namesake"},
+			store.Owner{ContainerID: "ctr-stranger"}
+	}
+	return store.Owner{Namespace: "ns", Name: "web-0", UID: "uid-pod", ContainerID: "ctr-pod"},
+		store.Owner{Namespace: "ns", Name: "db-0", UID: "uid-stable", ContainerID: "ctr-stable", Stable: true},
+		store.Owner{Namespace: "ns", Name: "db-0", UID: "uid-namesake", ContainerID: "ctr-namesake"},
+		store.Owner{Namespace: "ns", Name: "web-1", UID: "uid-stranger", ContainerID: "ctr-stranger"}
+}
+
+// on returns o on interface iface.
+func on(o store.Owner, iface string) store.Owner {
+	o.Interface = iface
+	return o
+}
+
+// queries returns the queries that find o's claims in this suite: by
+// container ID, and unless the Store keeps container owners only, by UID and,
+// for a stable owner, by name.
+func (x *suite) queries(o store.Owner) []store.OwnerQuery {
+	if x.cfg.ContainerOwners {
+		return []store.OwnerQuery{store.ByContainer(o.ContainerID)}
+	}
+	qs := []store.OwnerQuery{store.ByUID(o.UID), store.ByContainer(o.ContainerID)}
+	if o.Stable {
+		qs = append(qs, store.ByName(o.Namespace, o.Name))
+	}
+	return qs
+}
+
+// wantOwned checks that Owned(q) returns exactly want, in any order,
+// revisions included.
+func wantOwned(t *testing.T, s store.Store, q store.OwnerQuery, want ...store.Claim) {
+	t.Helper()
+	got, err := s.Owned(t.Context(), q)
+	if err != nil {
+		t.Fatalf("Owned(%s): %v", q, err)
+	}
+	if want == nil {
+		want = []store.Claim{}
+	}
+	if got == nil {
+		got = []store.Claim{}
+	}
+	if diff := cmp.Diff(want, got, cmpClaim, sortClaims); diff != "" {
+		t.Fatalf("Owned(%s) (-want +got):\n%s", q, diff)
+	}
+}
+
+func testOwned(t *testing.T, x *suite) {
+	s := x.open()
+	pod, stable, namesake, stranger := x.ownedOwners()
+	at := func(pool, ip string, o store.Owner) store.Claim {
+		return mustCreate(t, s, store.Claim{Pool: pool, IP: netip.MustParseAddr(ip), Owner: o, Time: claimTime})
+	}
+	eth0 := at("blue", "10.0.0.1", on(pod, "eth0"))
+	net1 := at("green", "10.1.0.1", on(pod, "net1"))
+	net1v6 := at("green", "2001:db8::1", on(pod, "net1"))
+	legacy := at("blue", "10.0.0.9", pod) // no interface: host-local's legacy form, or a Spiderpool import
+	db := at("blue", "10.0.0.2", on(stable, "eth0"))
+	same := at("blue-2", "10.0.0.2", on(namesake, "eth0"))
+	other := at("blue", "10.0.0.3", on(stranger, "eth0"))
+
+	for _, q := range x.queries(pod) {
+		wantOwned(t, s, q, eth0, net1, net1v6, legacy)
+		wantOwned(t, s, q.On("eth0"), eth0, legacy)
+		wantOwned(t, s, q.On("net1"), net1, net1v6, legacy)
+		wantOwned(t, s, q.On("net7"), legacy)
+	}
+	for _, q := range x.queries(stable) {
+		wantOwned(t, s, q, db)
+	}
+	for _, q := range x.queries(namesake) {
+		wantOwned(t, s, q, same)
+	}
+	for _, q := range x.queries(stranger) {
+		wantOwned(t, s, q.On("eth0"), other)
+	}
+	if !x.cfg.ContainerOwners {
+		// A pod that is not stable is not found by its name.
+		wantOwned(t, s, store.ByName("ns", "web-1"))
+	}
+	wantOwned(t, s, store.ByContainer("nobody"))
+	wantOwned(t, s, store.ByUID("nobody"))
+
+	// The result is the caller's.
+	got, err := s.Owned(t.Context(), x.queries(pod)[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		got[i].Owner = on(stranger, "eth9")
+	}
+	wantOwned(t, s, x.queries(pod)[0], eth0, net1, net1v6, legacy)
+
+	// Invalid queries fail, without panicking.
+	for _, q := range []store.OwnerQuery{{}, {Kind: store.KindUID}, {Kind: 9, ID: "x"}, {Kind: store.KindName, ID: "no-slash"}} {
+		noPanic(t, fmt.Sprintf("Owned(%#v)", q), func() {
+			if _, err := s.Owned(t.Context(), q); err == nil {
+				t.Errorf("Owned(%#v) = nil error, want an error", q)
+			}
+		})
+	}
+}
+
+func testOwnedInstances(t *testing.T, x *suite) {
+	s1, s2 := x.open(), x.open()
+	ctx := t.Context()
+	pod, stable, namesake, _ := x.ownedOwners()
+	q := x.queries(pod)[0]
+
+	// Written through one instance, seen through the other, which asked
+	// before (a reader that keeps answers would miss it).
+	wantOwned(t, s2, q)
+	c := mustCreate(t, s1, store.Claim{Pool: "blue", IP: netip.MustParseAddr("10.0.0.1"), Owner: on(pod, "eth0"), Time: claimTime})
+	wantOwned(t, s2, q, c)
+
+	// Re-pointed to another owner through the second: the first instance
+	// finds it under the new owner only.
+	moved := c
+	moved.Owner = on(namesake, "eth0")
+	moved, err := s2.Update(ctx, moved, c.Revision)
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	wantOwned(t, s1, q)
+	wantOwned(t, s1, x.queries(namesake)[0], moved)
+	wantOwned(t, s2, q)
+
+	// Deleted through the first: gone for the second.
+	if err := s1.Delete(ctx, moved.Pool, moved.IP, moved.Revision); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	wantOwned(t, s2, x.queries(namesake)[0])
+
+	// Created again at the same address by the first owner, through the
+	// second instance; and an interface-less claim through the first.
+	again := mustCreate(t, s2, store.Claim{Pool: "blue", IP: c.IP, Owner: on(pod, "eth0"), Time: claimTime})
+	bare := mustCreate(t, s1, store.Claim{Pool: "green", IP: netip.MustParseAddr("2001:db8::7"), Owner: pod, Time: claimTime})
+	wantOwned(t, s1, q, again, bare)
+	wantOwned(t, s2, q.On("eth0"), again, bare)
+	wantOwned(t, s2, q.On("net1"), bare)
+
+	// A stable owner's claim re-pointed to the pod of the same name under a
+	// new UID: found by name through either instance, by the new UID only.
+	db := mustCreate(t, s1, store.Claim{Pool: "blue", IP: netip.MustParseAddr("10.0.0.5"), Owner: on(stable, "eth0"), Time: claimTime})
+	if !x.cfg.ContainerOwners {
+		next := db
+		next.Owner.UID, next.Owner.ContainerID = "uid-stable-2", "ctr-stable-2"
+		next, err = s2.Update(ctx, next, db.Revision)
+		if err != nil {
+			t.Fatalf("Update: %v", err)
+		}
+		wantOwned(t, s1, store.ByName("ns", "db-0"), next)
+		wantOwned(t, s1, store.ByUID("uid-stable"))
+		wantOwned(t, s1, store.ByUID("uid-stable-2"), next)
+		wantOwned(t, s2, store.ByContainer("ctr-stable"))
+		db = next
+	}
+
+	// A newly opened instance agrees.
+	s3 := x.open()
+	wantOwned(t, s3, q, again, bare)
+	wantOwned(t, s3, x.queries(db.Owner)[0], db)
+}
+
+func testOwnedRace(t *testing.T, x *suite) {
+	stores := []store.Store{x.open(), x.open()}
+	pod, _, namesake, _ := x.ownedOwners()
+	owners := []store.Owner{on(pod, "eth0"), on(namesake, "eth0")}
+	ips := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("2001:db8::1")}
+	const goroutines, rounds = 6, 60
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines*rounds)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[g%len(stores)]
+			ctx := t.Context()
+			for r := range rounds {
+				// Each goroutine creates, re-points and releases claims on a
+				// few shared addresses, so that the same address is deleted
+				// and created again by the same owner through another
+				// instance while the first delete is still settling.
+				ip := ips[(g+r)%len(ips)]
+				o := owners[(g+r/2)%len(owners)]
+				c, err := s.Create(ctx, store.Claim{Pool: "blue", IP: ip, Owner: o, Time: claimTime})
+				if err != nil {
+					if !errors.Is(err, store.ErrExists) {
+						errs <- fmt.Errorf("Create: %w", err)
+					}
+					continue
+				}
+				for _, q := range x.queries(o) {
+					got, err := s.Owned(ctx, q)
+					if err != nil {
+						errs <- fmt.Errorf("Owned(%s): %w", q, err)
+					}
+					for _, h := range got {
+						if !q.Matches(h) {
+							errs <- fmt.Errorf("Owned(%s) returned %s of %s, which it does not match", q, h.Key(), h.Owner)
+						}
+					}
+				}
+				if r%3 == 0 {
+					moved := c
+					moved.Owner = owners[(g+r/2+1)%len(owners)]
+					if c, err = s.Update(ctx, moved, c.Revision); err != nil {
+						errs <- fmt.Errorf("Update: %w", err)
+						continue
+					}
+				}
+				if r%2 == 0 {
+					if err := s.Delete(ctx, c.Pool, c.IP, c.Revision); err != nil && !errors.Is(err, store.ErrConflict) {
+						errs <- fmt.Errorf("Delete: %w", err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// Whatever the interleaving, every instance's Owned now agrees with
+	// what List holds.
+	all, err := stores[0].List(t.Context(), "blue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range owners {
+		for _, q := range x.queries(o) {
+			var want []store.Claim
+			for _, c := range all {
+				if q.Matches(c) {
+					want = append(want, c)
+				}
+			}
+			for _, s := range append(stores, x.open()) {
+				wantOwned(t, s, q, want...)
+			}
+		}
+	}
+}
+
+// exclusive returns the Store's ExclusiveCreator, or skips the check.
+func exclusive(t *testing.T, s store.Store) store.ExclusiveCreator {
+	t.Helper()
+	ec, ok := s.(store.ExclusiveCreator)
+	if !ok {
+		t.Skip("the Store does not implement store.ExclusiveCreator")
+	}
+	return ec
+}
+
+// wantHeld checks that err is a *store.HeldError that lists exactly held.
+func wantHeld(t *testing.T, what string, err error, held ...store.Claim) {
+	t.Helper()
+	var he *store.HeldError
+	if !errors.As(err, &he) || !errors.Is(err, store.ErrHeld) {
+		t.Fatalf("%s: %v, want a *store.HeldError wrapping store.ErrHeld", what, err)
+	}
+	if diff := cmp.Diff(held, he.Held, cmpClaim, sortClaims); diff != "" {
+		t.Fatalf("%s: HeldError.Held (-want +got):\n%s", what, diff)
+	}
+}
+
+func testCreateExclusive(t *testing.T, x *suite) {
+	s := x.open()
+	ec := exclusive(t, s)
+	ctx := t.Context()
+	pod, stable, namesake, stranger := x.ownedOwners()
+	claimOf := func(pool, ip string, o store.Owner) store.Claim {
+		return store.Claim{Pool: pool, IP: netip.MustParseAddr(ip), Owner: o, Time: claimTime}
+	}
+	mustExclusive := func(c store.Claim) store.Claim {
+		t.Helper()
+		got, err := ec.CreateExclusive(ctx, c)
+		if err != nil {
+			t.Fatalf("CreateExclusive(%s for %s): %v", c.Key(), c.Owner, err)
+		}
+		if diff := cmp.Diff(c, got, cmpClaim, ignoreRevision); diff != "" {
+			t.Fatalf("CreateExclusive(%s) returned a different claim (-want +got):\n%s", c.Key(), diff)
+		}
+		wantClaim(t, s, got)
+		return got
+	}
+
+	first := mustExclusive(claimOf("blue", "10.0.0.1", on(pod, "eth0")))
+	if cs, ok := s.(store.Cursors); ok {
+		wantCursor(t, cs, "blue", first.IP)
+	}
+	// Another address of the same family on the same interface, in the same
+	// pool or another: refused, nothing created.
+	for _, c := range []store.Claim{claimOf("blue", "10.0.0.2", on(pod, "eth0")), claimOf("green", "10.1.0.1", on(pod, "eth0"))} {
+		_, err := ec.CreateExclusive(ctx, c)
+		wantHeld(t, "CreateExclusive("+c.Key()+")", err, first)
+		wantNotFound(t, s, c.Pool, c.IP)
+	}
+	// Another family, or another interface: created.
+	v6 := mustExclusive(claimOf("blue", "2001:db8::1", on(pod, "eth0")))
+	net1 := mustExclusive(claimOf("green", "10.1.0.1", on(pod, "net1")))
+	_, err := ec.CreateExclusive(ctx, claimOf("green", "2001:db8:1::1", on(pod, "eth0")))
+	wantHeld(t, "CreateExclusive(green/2001:db8:1::1 on eth0)", err, v6)
+
+	// A claim that records no interface stands in the way of every interface,
+	// and a new claim without one meets every claim of its family.
+	bare := mustCreate(t, s, claimOf("blue", "10.0.0.5", stranger))
+	_, err = ec.CreateExclusive(ctx, claimOf("blue", "10.0.0.6", on(stranger, "eth0")))
+	wantHeld(t, "CreateExclusive(blue/10.0.0.6 for an owner with an interface-less claim)", err, bare)
+	_, err = ec.CreateExclusive(ctx, claimOf("blue", "10.0.0.7", pod))
+	wantHeld(t, "CreateExclusive(blue/10.0.0.7 without interface)", err, first, net1)
+
+	// A taken address for an owner that holds nothing: ErrExists. For one
+	// that holds a conflicting claim: the HeldError first.
+	_, err = ec.CreateExclusive(ctx, claimOf("blue", "10.0.0.1", on(namesake, "eth0")))
+	wantErr(t, "CreateExclusive of a taken address", err, store.ErrExists)
+	_, err = ec.CreateExclusive(ctx, claimOf("blue", "10.0.0.5", on(pod, "eth0")))
+	wantHeld(t, "CreateExclusive of a taken address by an owner that holds one", err, first)
+	wantClaim(t, s, bare)
+
+	// A stable owner is one owner whatever pod UID it has now.
+	if !x.cfg.ContainerOwners {
+		db := mustExclusive(claimOf("blue", "10.0.0.20", on(stable, "eth0")))
+		next := on(stable, "eth0")
+		next.UID, next.ContainerID = "uid-stable-2", "ctr-stable-2"
+		_, err = ec.CreateExclusive(ctx, claimOf("blue", "10.0.0.21", next))
+		wantHeld(t, "CreateExclusive for a stable owner's new pod", err, db)
+		// Its namesake that is not stable is another owner.
+		mustExclusive(claimOf("blue", "10.0.0.22", on(namesake, "eth0")))
+	}
+
+	// Released, the slot is free again.
+	if err := s.Delete(ctx, first.Pool, first.IP, first.Revision); err != nil {
+		t.Fatal(err)
+	}
+	mustExclusive(claimOf("green", "10.1.0.9", on(pod, "eth0")))
+
+	// Invalid claims and a canceled context fail and store nothing.
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := ec.CreateExclusive(canceled, claimOf("blue", "10.0.0.30", on(pod, "eth5"))); err == nil {
+		t.Error("CreateExclusive with a canceled context succeeded")
+	}
+	wantNotFound(t, s, "blue", netip.MustParseAddr("10.0.0.30"))
+	noPanic(t, "CreateExclusive of an invalid claim", func() {
+		if _, err := ec.CreateExclusive(ctx, store.Claim{Pool: "blue", IP: netip.MustParseAddr("10.0.0.31")}); err == nil {
+			t.Error("CreateExclusive of a claim without owner succeeded")
+		}
+	})
+	wantNotFound(t, s, "blue", netip.MustParseAddr("10.0.0.31"))
+}
+
+func testCreateExclusiveRace(t *testing.T, x *suite) {
+	stores := []store.Store{x.open(), x.open()}
+	exclusive(t, stores[0])
+	const owners, goroutines = 16, 8
+	var wg sync.WaitGroup
+	won := make([][]store.Claim, owners)
+	var mu sync.Mutex
+	var unexpected []error
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ec := stores[g%len(stores)].(store.ExclusiveCreator)
+			for o := range owners {
+				c := store.Claim{
+					Pool:  "blue",
+					IP:    netip.AddrFrom4([4]byte{10, 0, byte(o), byte(g + 1)}),
+					Owner: on(x.owner(fmt.Sprint(o)), "eth0"),
+					Time:  claimTime,
+				}
+				got, err := ec.CreateExclusive(t.Context(), c)
+				mu.Lock()
+				switch {
+				case err == nil:
+					won[o] = append(won[o], got)
+				case !errors.Is(err, store.ErrHeld):
+					unexpected = append(unexpected, err)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range unexpected {
+		t.Errorf("CreateExclusive: %v, want success or store.ErrHeld", err)
+	}
+	for o := range owners {
+		if len(won[o]) != 1 {
+			t.Errorf("owner %d: %d of %d racing CreateExclusive calls succeeded, want exactly 1: %v", o, len(won[o]), goroutines, won[o])
+			continue
+		}
+		wantOwned(t, x.open(), x.queries(x.owner(fmt.Sprint(o)))[0], won[o]...)
+	}
+}
