@@ -18,8 +18,8 @@ var errInvalidIP = errors.New("ip is not a valid address")
 
 // Compile-time checks that *Store provides the contract and its capabilities.
 var (
-	_ store.Store         = (*Store)(nil)
-	_ store.Cursors       = (*Store)(nil)
+	_ store.Store            = (*Store)(nil)
+	_ store.Cursors          = (*Store)(nil)
 	_ store.CursorCreator    = (*Store)(nil)
 	_ store.ExclusiveCreator = (*Store)(nil)
 )
