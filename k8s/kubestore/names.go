@@ -122,15 +122,22 @@ func hash(s string) string {
 }
 
 // isDNSSubdomain reports whether s is a DNS-1123 subdomain: at most 253
-// characters, lower-case letters, digits, "-" and ".", starting and ending
-// with a letter or digit (Kubernetes does not check the labels between dots
-// further).
+// characters in labels separated by ".", each of lower-case letters, digits
+// and "-", starting and ending with a letter or digit.
 func isDNSSubdomain(s string) bool {
 	if s == "" || len(s) > maxNameLen || !isAlnumLower(s[0]) || !isAlnumLower(s[len(s)-1]) {
 		return false
 	}
 	for i := range len(s) {
-		if c := s[i]; !isAlnumLower(c) && c != '-' && c != '.' {
+		switch c := s[i]; {
+		case isAlnumLower(c), c == '-':
+		case c == '.':
+			// Not first or last (checked above): both neighbours must end
+			// and start a label.
+			if !isAlnumLower(s[i-1]) || !isAlnumLower(s[i+1]) {
+				return false
+			}
+		default:
 			return false
 		}
 	}

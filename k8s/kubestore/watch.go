@@ -139,7 +139,7 @@ func (s *Store) follow(ctx context.Context, h store.WatchHandler, rv string) (st
 		Param("resourceVersion", rv).
 		Param("allowWatchBookmarks", "true").
 		Param("timeoutSeconds", strconv.Itoa(int(watchTimeout/time.Second))).
-		Timeout(watchTimeout+time.Minute).
+		Timeout(watchTimeout + time.Minute).
 		Stream(ctx)
 	if err != nil {
 		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {

@@ -7,7 +7,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -234,8 +233,10 @@ var _ interface {
 	rest.RESTDeleteStrategy
 } = noopStrategy{}
 
-func (s noopStrategy) GenerateName(base string) string { return names.SimpleNameGenerator.GenerateName(base) }
-func (s noopStrategy) NamespaceScoped() bool           { return s.namespaced }
+func (s noopStrategy) GenerateName(base string) string {
+	return names.SimpleNameGenerator.GenerateName(base)
+}
+func (s noopStrategy) NamespaceScoped() bool                          { return s.namespaced }
 func (noopStrategy) PrepareForCreate(context.Context, runtime.Object) {}
 func (noopStrategy) Validate(context.Context, runtime.Object) field.ErrorList {
 	return nil
@@ -264,7 +265,7 @@ func stubOpenAPI(cfg *openapicommon.OpenAPIV3Config, groups []*builtinGroup) {
 			for _, k := range g.kinds {
 				for _, name := range []string{k.model, k.listModel} {
 					defs[name] = openapicommon.OpenAPIDefinition{Schema: spec.Schema{
-						SchemaProps:        spec.SchemaProps{Type: []string{"object"}},
+						SchemaProps: spec.SchemaProps{Type: []string{"object"}},
 						VendorExtensible: spec.VendorExtensible{Extensions: spec.Extensions{
 							"x-kubernetes-preserve-unknown-fields": true,
 						}},
@@ -281,14 +282,4 @@ func stubOpenAPI(cfg *openapicommon.OpenAPIV3Config, groups []*builtinGroup) {
 			return spec.MustCreateRef("#/components/schemas/" + openapicommon.EscapeJsonPointer(defName))
 		})
 	}
-}
-
-// objectMeta is meta.Accessor without its error, for objects known to have
-// metadata.
-func objectMeta(obj runtime.Object) metav1.Object {
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		panic(err) // the harness only passes API objects
-	}
-	return m
 }

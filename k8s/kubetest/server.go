@@ -64,6 +64,7 @@ type Server struct {
 
 // apiServer is one run of the API server.
 type apiServer struct {
+	ln      *cutListener
 	cancel  context.CancelFunc
 	done    chan error // receives RunWithContext's result
 	destroy []func()   // releases the built-in kinds' storage
@@ -131,9 +132,10 @@ func (s *Server) Addr() string { return s.addr }
 // data, for tests that look beneath the API.
 func (s *Server) EtcdURL() string { return s.etcdURL }
 
-// StopAPI stops the API server, closing its connections; etcd and its data
-// stay. Clients then fail to connect until StartAPI. Stopping takes about a
-// second (the HTTP/2 shutdown). Stopping a stopped server does nothing.
+// StopAPI stops the API server as if it crashed: its connections are cut
+// (open watches included) and it stops listening; etcd and its data stay.
+// Clients then fail to connect until StartAPI. Stopping a stopped server
+// does nothing.
 func (s *Server) StopAPI() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -147,6 +149,7 @@ func (s *Server) stopAPILocked() error {
 	}
 	s.api = nil
 	a.cancel()
+	a.ln.cutAll()
 	var err error
 	select {
 	case err = <-a.done:
@@ -241,10 +244,11 @@ func (s *Server) startAPILocked(ln net.Listener) error {
 	}
 	o.ServerRunOptions.ComponentGlobalsRegistry = reg
 
+	cut := newCutListener(ln)
 	ro := o.RecommendedOptions
 	ro.Etcd.StorageConfig.Transport.ServerList = []string{s.etcdURL}
 	ro.Etcd.StorageConfig.Prefix = etcdPrefix
-	ro.SecureServing.Listener = ln
+	ro.SecureServing.Listener = cut
 	ro.SecureServing.BindPort = ln.Addr().(*net.TCPAddr).Port
 	ro.SecureServing.ServerCert.CertDirectory = filepath.Join(s.dir, "certs") // kept across restarts
 	ro.Authentication, ro.Authorization, ro.Admission = nil, nil, nil         // allow everything, no webhooks
@@ -281,7 +285,7 @@ func (s *Server) startAPILocked(ln net.Listener) error {
 		ln.Close()
 		return fmt.Errorf("kubetest: %w", err)
 	}
-	a := &apiServer{done: make(chan error, 1)}
+	a := &apiServer{ln: cut, done: make(chan error, 1)}
 	for _, g := range groups {
 		d, err := g.install(srv.GenericAPIServer, s.etcdURL, etcdPrefix)
 		a.destroy = append(a.destroy, d...)
