@@ -263,4 +263,3 @@ func (a *Allocator) quarantineUntil(now time.Time) time.Time {
 	}
 	return now.Add(a.quarant)
 }
-
