@@ -56,7 +56,7 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
-	owner := store.Owner{Namespace: req.Namespace, Name: req.Name, UID: req.UID, ContainerID: req.ContainerID, Stable: req.Stable}
+	owner := req.Owner()
 
 	var (
 		selected []Candidates

@@ -93,6 +93,11 @@ type Request struct {
 	Interfaces []Interface
 }
 
+// Owner returns the owner that req's claims record (without an interface).
+func (req Request) Owner() store.Owner {
+	return store.Owner{Namespace: req.Namespace, Name: req.Name, UID: req.UID, ContainerID: req.ContainerID, Stable: req.Stable}
+}
+
 // NetConf holds the pool-selection fields of a Spiderpool-style CNI network
 // config ("ipam" section). The zero NetConf names no pools.
 type NetConf struct {
