@@ -357,24 +357,18 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 		switch {
 		case err == nil:
 			idx.created(ip, at)
-			if !exclusive {
-				lost, err := a.settle(ctx, t, idx, c, hs)
-				if err != nil {
-					return err
-				}
-				if lost {
-					if t.reused {
-						return nil
-					}
-					if settles++; settles >= maxSettle {
-						return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrConflict,
-							Reason: "other allocations for " + owner.String() + " kept racing this one: try again"}
-					}
-					continue
-				}
+			if exclusive {
+				t.setServed(idx, c)
+				return nil
 			}
-			t.setServed(idx, c)
-			return nil
+			served, err := a.settle(ctx, t, idx, c, hs)
+			if err != nil || served {
+				return err
+			}
+			if settles++; settles >= maxSettle {
+				return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrConflict,
+					Reason: "other allocations for " + owner.String() + " kept racing this one: try again"}
+			}
 		case errors.Is(err, store.ErrHeld):
 			// The owner holds an address of this family on this interface
 			// (or on none) already: another Allocator served it, or this

@@ -39,7 +39,8 @@ var (
 	// candidate was filtered out or exhausted.
 	ErrNoCandidates = errors.New("no pool can serve")
 	// ErrNotSupported is returned by Select for pool choices the library does
-	// not implement yet (the SpiderSubnet annotations).
+	// not implement yet (the SpiderSubnet annotations), and by Follow when the
+	// Store cannot watch.
 	ErrNotSupported = errors.New("not supported yet")
 	// ErrConflict is store.ErrConflict: a revision-checked write lost a race. It
 	// is returned by ReleaseIP when the claim changed under it, and by Allocate

@@ -106,11 +106,20 @@ func (a *Allocator) index(ctx context.Context, name string) (*poolIndex, error) 
 	if err != nil {
 		return nil, err
 	}
+	first := idx.def.Load() == nil
 	var cursor netip.Addr
-	if a.cursors != nil && idx.def.Load() == nil {
+	if a.cursors != nil && first {
 		if cursor, err = a.cursors.Cursor(ctx, name); err != nil {
 			a.log.Warn("ipam: cannot read last reserved address", "pool", name, "err", err)
 		}
+	}
+	if f := a.follow.Load(); f != nil && first {
+		// Start from what the watch reported of the pool.
+		f.mu.Lock()
+		idx.install(def, cursor)
+		idx.replace(f.take(name))
+		f.mu.Unlock()
+		return idx, nil
 	}
 	idx.install(def, cursor)
 	return idx, nil
