@@ -359,6 +359,9 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			idx.created(ip, at)
 			if exclusive {
 				t.setServed(idx, c)
+				if at.lay == t.lay {
+					t.rng = at.rng
+				}
 				return nil
 			}
 			served, err := a.settle(ctx, t, idx, c, hs)
@@ -445,6 +448,7 @@ type task struct {
 	want   netip.Addr // requested address, if any
 	ip     netip.Addr
 	rev    int64 // revision of the claim this call created or adopted
+	rng    int   // 1 + the index in lay.ranges of ip's range, when known; else 0
 	reused bool
 	// checked says what the owner holds was matched against this task.
 	checked bool
@@ -471,7 +475,7 @@ type task struct {
 // setServed makes claim c, just created in idx, t's address.
 func (t *task) setServed(idx *poolIndex, c store.Claim) {
 	def := idx.def.Load()
-	t.idx, t.pool, t.lay, t.ip, t.rev = idx, def.pool, def.layout, c.IP, c.Revision
+	t.idx, t.pool, t.lay, t.ip, t.rev, t.rng = idx, def.pool, def.layout, c.IP, c.Revision, 0
 }
 
 // appendTrace appends t's trace entries to out, completing them.
@@ -572,7 +576,9 @@ func (t *task) ownerName(o store.Owner) string {
 
 func (t *task) config() IPConfig {
 	var r Range
-	if si, ok := t.lay.segAt(t.ip); ok {
+	if t.rng > 0 {
+		r = t.lay.ranges[t.rng-1]
+	} else if si, ok := t.lay.segAt(t.ip); ok {
 		r = t.lay.ranges[t.lay.segs[si].rng]
 	} else if k := t.lay.rangeOf(t.ip); k >= 0 {
 		r = t.lay.ranges[k]

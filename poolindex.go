@@ -303,6 +303,7 @@ type slot struct {
 	lay *layout
 	ord u128
 	gen uint64
+	rng int // 1 + the index in lay.ranges of the address's range; 0: not known
 
 	cursor  netip.Addr
 	next    u128
@@ -337,9 +338,9 @@ func (idx *poolIndex) reserve(want netip.Addr, now time.Time) (netip.Addr, slot,
 		return netip.Addr{}, slot{}, false
 	}
 	idx.tree.set(o)
-	ip, _ := lay.addr(o)
+	ip, rng := lay.addr(o)
 	idx.cursor, idx.next, idx.nextLay = ip, o.addOne(), lay
-	at.ord = o
+	at.ord, at.rng = o, rng+1
 	return ip, at, true
 }
 

@@ -277,12 +277,11 @@ func (sh *ownerShard) removeLocked(id ident, r ref) {
 	sh.store(id, s, rs)
 }
 
-// collectLocked appends to out the claims that q matches among the entries of
-// id, q's identity, read from their pools, and drops the entries whose claim
-// is gone or no longer has that identity (see owners). Called with sh's lock
-// held.
-func (sh *ownerShard) collectLocked(id ident, q store.OwnerQuery, out []store.Claim) []store.Claim {
-	s := sh.lookup(id)
+// collect appends to out the claims that q matches among the entries of id,
+// q's identity, found at s, read from their pools, and drops the entries
+// whose claim is gone or no longer has that identity (see owners). Called
+// with sh's lock held.
+func (sh *ownerShard) collect(s slotOf, id ident, q store.OwnerQuery, out []store.Claim) []store.Claim {
 	if !s.found {
 		return out
 	}
