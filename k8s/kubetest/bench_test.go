@@ -63,6 +63,7 @@ func inParallel(b *testing.B, n int, op func(i int) error) {
 	} else {
 		b.SetParallelism((n + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 		var next atomic.Int64
+		b.ResetTimer() // b.Loop does this itself
 		b.RunParallel(func(pb *testing.PB) {
 			i := int(next.Add(1)-1) % n
 			for pb.Next() {
