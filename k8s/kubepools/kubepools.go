@@ -268,28 +268,10 @@ func (s *Source) Pool(name string) (*ipam.Pool, bool) {
 }
 
 // Pools yields the valid pools, by name.
-func (s *Source) Pools() iter.Seq[*ipam.Pool] {
-	order := s.snap.Load().order
-	return func(yield func(*ipam.Pool) bool) {
-		for _, p := range order {
-			if !yield(p) {
-				return
-			}
-		}
-	}
-}
+func (s *Source) Pools() iter.Seq[*ipam.Pool] { return slices.Values(s.snap.Load().order) }
 
 // DefaultPools yields the valid pools with Default set, by name.
-func (s *Source) DefaultPools() iter.Seq[*ipam.Pool] {
-	defaults := s.snap.Load().defaults
-	return func(yield func(*ipam.Pool) bool) {
-		for _, p := range defaults {
-			if !yield(p) {
-				return
-			}
-		}
-	}
-}
+func (s *Source) DefaultPools() iter.Seq[*ipam.Pool] { return slices.Values(s.snap.Load().defaults) }
 
 // Reserved returns the addresses of family 4 or 6 that the valid
 // SpiderReservedIP objects reserve, or nil; the same pointer until they

@@ -234,15 +234,9 @@ func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) 
 }
 
 func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.Claim, error) {
-	if err := c.Validate(); err != nil {
-		return store.Claim{}, fmt.Errorf("kubestore: create: %w", err)
-	}
-	name, ok := ClaimName(c.Pool, c.IP)
-	if !ok {
-		return store.Claim{}, fmt.Errorf("kubestore: create %s: %w", c.Key(), errNoName)
-	}
-	if err := ctx.Err(); err != nil {
-		return store.Claim{}, fmt.Errorf("kubestore: create %s: %w", c.Key(), err)
+	name, err := toWrite(ctx, "create", c)
+	if err != nil {
+		return store.Claim{}, err
 	}
 	body, err := json.Marshal(newClaimObject(name, c, cursor))
 	if err != nil {
@@ -253,6 +247,22 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.C
 		return store.Claim{}, s.fail(ctx, "create", c.Key(), name, err)
 	}
 	return s.written(c, name, raw)
+}
+
+// toWrite checks that c can be written by op, and returns its object's
+// name.
+func toWrite(ctx context.Context, op string, c store.Claim) (string, error) {
+	if err := c.Validate(); err != nil {
+		return "", fmt.Errorf("kubestore: %s: %w", op, err)
+	}
+	name, ok := ClaimName(c.Pool, c.IP)
+	if !ok {
+		return "", fmt.Errorf("kubestore: %s %s: %w", op, c.Key(), errNoName)
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("kubestore: %s %s: %w", op, c.Key(), err)
+	}
+	return name, nil
 }
 
 // written returns c as the response raw to its write says it was stored:
@@ -284,15 +294,9 @@ func (s *Store) written(c store.Claim, name string, raw []byte) (store.Claim, er
 // created again, since. It returns an error wrapping store.ErrNotFound if
 // there is no such object.
 func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Claim, error) {
-	if err := c.Validate(); err != nil {
-		return store.Claim{}, fmt.Errorf("kubestore: update: %w", err)
-	}
-	name, ok := ClaimName(c.Pool, c.IP)
-	if !ok {
-		return store.Claim{}, fmt.Errorf("kubestore: update %s: %w", c.Key(), errNoName)
-	}
-	if err := ctx.Err(); err != nil {
-		return store.Claim{}, fmt.Errorf("kubestore: update %s: %w", c.Key(), err)
+	name, err := toWrite(ctx, "update", c)
+	if err != nil {
+		return store.Claim{}, err
 	}
 	if rev <= 0 {
 		// The API server would refuse the request as invalid rather than
