@@ -57,10 +57,6 @@ var spcPending = map[string]string{}
 // scenarios that the library cannot express, with why; the runner skips each
 // as a subtest named by the key.
 var spcPendingParts = map[string]map[string]string{
-	"SP-62": {
-		"update.heldOutside": "issue 12, case 4: a repeat Allocate by an owner whose address a redefined pool no longer " +
-			"covers returns no error and an invalid address; the Allocator's rewrite gives a new address or an error",
-	},
 	"SP-55": {
 		"cniDel": "no SpiderEndpoint: the library keeps no endpoint records, a claim is the whole record of an allocation, " +
 			"so 'a pool record whose endpoint was never written' is no state it can be in. Spiderpool's CNI DEL ignores the record " +
@@ -113,7 +109,8 @@ var spcOverrides = map[string]spcOverride{
 	"SP-62": {
 		why: "README difference 15: pools carry no Kubernetes object metadata and have no update admission; " +
 			"what the ippool-cidr label serves (the pools of one subnet found and compared) ValidatePools does from the subnets, " +
-			"what the finalizer serves (a pool's records outlive it) the Store does, and a redefined subnet is accepted",
+			"what the finalizer serves (a pool's records outlive it) the Store does, and a redefined subnet is accepted: " +
+			"new claims come from it, and an owner whose address it no longer covers gets a new one",
 		recorded: `"update": "Forbidden spec.subnet: is not changeable"`,
 		expect:   `{"afterCreate": {"ipVersion": 6, "cidrGroup": "fd00::/120", "claimsOutlivePool": true}, "update": "accepted"}`,
 	},
@@ -2055,7 +2052,8 @@ func spcRunSP61(t *testing.T, sc spcScenario, expect json.RawMessage) {
 // it does instead, and this runner checks each of those: what the label
 // serves (pools grouped by subnet: cidrGroup), what the finalizer serves (a
 // claim outlives its pool: claimsOutlivePool), and a redefined subnet
-// (update).
+// (update: accepted; new claims come from the new subnet, an owner outside
+// it gets a new address).
 func spcRunSP62(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	var setup struct {
 		Create struct {
@@ -2123,12 +2121,13 @@ func spcRunSP62(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	req := func(id string) ipam.Request {
 		return ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"pool"}}}}
 	}
-	stored := func() map[string]netip.Addr {
+	// stored returns the addresses each owner holds in the Store.
+	stored := func() map[string][]netip.Addr {
 		cs, err := st.List(t.Context(), "pool")
 		require.NoError(t, err)
-		out := map[string]netip.Addr{}
+		out := map[string][]netip.Addr{}
 		for _, c := range cs {
-			out[c.Owner.ContainerID] = c.IP
+			out[c.Owner.ContainerID] = append(out[c.Owner.ContainerID], c.IP)
 		}
 		return out
 	}
@@ -2145,7 +2144,7 @@ func spcRunSP62(t *testing.T, sc spcScenario, expect json.RawMessage) {
 		src.cur.Store(catalog())
 		_, err = alloc.Allocate(t.Context(), req("x"))
 		require.ErrorIs(t, err, ipam.ErrNotFound, "the pool is gone")
-		require.Equal(t, map[string]netip.Addr{"a": held}, stored(), "its claim is not")
+		require.Equal(t, map[string][]netip.Addr{"a": {held}}, stored(), "its claim is not")
 		src.cur.Store(catalog(pool("pool", subnet, 16, 2)))
 		res, err = alloc.Allocate(t.Context(), req("b"))
 		require.NoError(t, err)
@@ -2170,42 +2169,13 @@ func spcRunSP62(t *testing.T, sc spcScenario, expect json.RawMessage) {
 		delete(after, "d")
 		require.Equal(t, before, after, "the claims made before the change are kept")
 
-		// An owner whose address the pool no longer covers gets a new address
-		// (its old claim released) or an error, never the old or an invalid
-		// address.
-		spcPendingCheck(t, sc.ID, "update.heldOutside", func() error {
-			res, err := alloc.Allocate(t.Context(), req("a"))
-			if err != nil {
-				return nil
-			}
-			got := res.IPs[0].Address.Addr()
-			if !got.IsValid() || !next.Contains(got) {
-				return fmt.Errorf("a repeat Allocate of a, which holds %s outside the redefined pool, returned %v with no error", held, res.IPs[0].Address)
-			}
-			if ip, ok := stored()["a"]; ok && ip != got {
-				return fmt.Errorf("a got %s and still holds %s", got, ip)
-			}
-			return nil
-		}())
-	})
-}
-
-// spcPendingCheck reports err, the outcome of a check of part key of
-// scenario id, as a subtest named key. A part that spcPendingParts lists as
-// pending is skipped while it fails, and fails the test once it passes, so
-// that the listing cannot outlive the reason for it.
-func spcPendingCheck(t *testing.T, id, key string, err error) {
-	t.Helper()
-	why, pending := spcPendingParts[id][key]
-	t.Run(key, func(t *testing.T) {
-		switch {
-		case pending && err != nil:
-			t.Skipf("pending: %s (fails: %v)", why, err)
-		case pending:
-			t.Errorf("passes now: remove spcPendingParts[%q][%q] (%s)", id, key, why)
-		case err != nil:
-			t.Error(err)
-		}
+		// An owner whose address the pool no longer covers gets a new one,
+		// its old claim released.
+		res, err = alloc.Allocate(t.Context(), req("a"))
+		require.NoError(t, err)
+		got := res.IPs[0].Address.Addr()
+		require.Truef(t, next.Contains(got), "a, which held %s, got %s", held, got)
+		require.Equal(t, []netip.Addr{got}, stored()["a"], "a holds its new address alone")
 	})
 }
 
