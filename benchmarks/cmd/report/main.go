@@ -126,7 +126,7 @@ func run(count int, benchtime, bench, from, raw, readme string, dryRun bool) err
 	if readme == "" {
 		readme = filepath.Join(dir, "README.md")
 	}
-	args := []string{"test", "-run", "^$", "-bench", bench, "-benchtime", benchtime, "-count", strconv.Itoa(count), "."}
+	args := []string{"test", "-run", "^$", "-bench", bench, "-benchtime", benchtime, "-count", strconv.Itoa(count), "-timeout", "60m", "."}
 	env := environment{
 		Files:     filesystem(os.TempDir()),
 		Date:      time.Now().UTC(),
