@@ -144,8 +144,9 @@ func run(count int, benchtime, bench, from, raw, readme string, dryRun bool) err
 		if out, err = os.ReadFile(from); err != nil {
 			return err
 		}
-		env.Command, env.LoadStart, env.Files = "", "", ""
-		env.Report = "go run ./benchmarks/cmd/report -from " + from
+		// The saved run's command is taken to be the one these flags make.
+		env.Saved, env.LoadStart, env.Files = true, "", ""
+		env.Report = reportCommand(count, benchtime, bench) + " -from " + from
 	} else {
 		start := time.Now()
 		fmt.Fprintf(os.Stderr, "running: %s\n", env.Command)
@@ -185,6 +186,7 @@ func run(count int, benchtime, bench, from, raw, readme string, dryRun bool) err
 // ---- environment ----
 
 type environment struct {
+	Saved              bool   // rendered from a saved output (-from)
 	Files              string // where the file stores write, and its filesystem
 	Date               time.Time
 	CPU                string
@@ -404,7 +406,7 @@ func render(env environment, r *results) string {
 
 	p("%s\n", beginMark)
 	p("<!-- Written by `go run ./benchmarks/cmd/report`; edits here are overwritten. -->\n\n")
-	if env.Command != "" {
+	if !env.Saved {
 		p("Run of %s", env.Date.Format("2006-01-02 15:04 MST"))
 	} else {
 		p("Rendered %s from a saved run", env.Date.Format("2006-01-02 15:04 MST"))
@@ -426,16 +428,16 @@ func render(env environment, r *results) string {
 		p(".")
 	}
 	p("\n- Go: %s.\n", env.Go)
-	if env.Files != "" {
+	if env.Files != "" && measuredAny(r, diskPeers) {
 		p("- Files of ipam (filestore) and host-local (disk) under %s.\n", env.Files)
 	}
 	if len(env.Peers) > 0 {
 		p("- Peers: %s.\n", "`"+strings.Join(env.Peers, "`, `")+"`")
 	}
-	if env.Command != "" {
-		p("- Command: `%s`, through `%s`.\n", env.Command, env.Report)
+	if env.Saved {
+		p("- From a saved output of `%s`, through `%s`.\n", env.Command, env.Report)
 	} else {
-		p("- From a saved output, through `%s`.\n", env.Report)
+		p("- Command: `%s`, through `%s`.\n", env.Command, env.Report)
 	}
 	p("\n")
 
@@ -688,6 +690,18 @@ func ratio(r *results, bench, mine, peer string) (float64, bool) {
 	return a / b, true
 }
 
+// measuredAny reports whether any of peers has a figure in r.
+func measuredAny(r *results, peers []peer) bool {
+	for _, w := range workloads {
+		for _, pe := range peers {
+			if r.runs(w.bench, pe.name, "ns/op") > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func noisiest(r *results, peers []peer) (float64, string) {
 	worst, name := 0.0, ""
 	for _, w := range workloads {
@@ -712,9 +726,13 @@ func sumCell(r *results, bench, peer, unit string) string {
 	return trim(s)
 }
 
-// formatRatio writes q < 1 as 1/N and q >= 1 as a plain factor.
+// formatRatio writes q < 1 as 1/N and q >= 1 as a plain factor, each with
+// one decimal under 10.
 func formatRatio(q float64) string {
 	if q < 1 {
+		if 1/q < 10 {
+			return "1/" + strconv.FormatFloat(1/q, 'f', 1, 64)
+		}
 		return "1/" + group(sig(1/q))
 	}
 	if q < 10 {

@@ -112,11 +112,27 @@ func TestFloorTarget(t *testing.T) {
 	}
 }
 
+// TestRenderSaved: a report from a saved output names the command the flags
+// make, and no file-store directory when no file store ran.
+func TestRenderSaved(t *testing.T) {
+	r, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(environment{Saved: true, Files: "`/tmp` (tmpfs)", Command: "cd benchmarks && go test -bench x", Report: "go run ./benchmarks/cmd/report -from f"}, r)
+	if want := "- From a saved output of `cd benchmarks && go test -bench x`, through `go run ./benchmarks/cmd/report -from f`."; !strings.Contains(out, want) {
+		t.Errorf("report lacks %q:\n%s", want, out)
+	}
+	if strings.Contains(out, "Files of ipam") {
+		t.Errorf("report names the file stores' directory although none ran:\n%s", out)
+	}
+}
+
 func TestFormat(t *testing.T) {
 	for _, c := range []struct {
 		q    float64
 		want string
-	}{{0.001, "1/1,000"}, {1.0 / 1234.5, "1/1,230"}, {0.5, "1/2"}, {2.345, "2.3"}, {66.4, "66"}, {1234, "1,230"}} {
+	}{{0.001, "1/1,000"}, {1.0 / 1234.5, "1/1,230"}, {0.5, "1/2.0"}, {0.79, "1/1.3"}, {0.099, "1/10"}, {2.345, "2.3"}, {66.4, "66"}, {1234, "1,230"}} {
 		if got := formatRatio(c.q); got != c.want {
 			t.Errorf("formatRatio(%v) = %q, want %q", c.q, got, c.want)
 		}
