@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipamkit/ipam"
-	"github.com/ipamkit/ipam/examples/internal/texttable"
+	"github.com/ipamkit/ipam/internal/texttable"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"

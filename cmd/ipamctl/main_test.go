@@ -54,7 +54,7 @@ func checkGolden(t *testing.T, golden, got string) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./examples/ipamctl -update to create it)", err)
+		t.Fatalf("%v (run go test ./cmd/ipamctl -update to create it)", err)
 	}
 	if got != string(want) {
 		t.Errorf("output differs from %s (run with -update if the change is intended)\n--- got\n%s\n--- want\n%s", path, got, want)
@@ -63,7 +63,7 @@ func checkGolden(t *testing.T, golden, got string) {
 
 // TestGolden runs each command on the scenario files and compares the whole
 // transcript with its golden file. Regenerate with
-// go test ./examples/ipamctl -update, and review the diff.
+// go test ./cmd/ipamctl -update, and review the diff.
 func TestGolden(t *testing.T) {
 	tests := []struct {
 		golden string
