@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,8 +24,14 @@ func fixedClock() time.Time { return time.Date(2025, time.March, 1, 12, 0, 0, 0,
 // runCmd runs ipamctl with args and returns its stdout, stderr and exit code.
 func runCmd(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runStdin(t, strings.NewReader(""), args...)
+}
+
+// runStdin is runCmd with stdin as standard input.
+func runStdin(t *testing.T, stdin io.Reader, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, &out, &errOut, fixedClock)
+	code = run(context.Background(), args, stdin, &out, &errOut, fixedClock)
 	return out.String(), errOut.String(), code
 }
 
@@ -151,14 +158,14 @@ func TestKubectlList(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := loadFiles([]string{"testdata/kubectl-list.yaml"})
+	c := (&input{files: files{"testdata/kubectl-list.yaml"}, maxInput: defaultMaxInput}).load()
 	if len(c.problems) != 0 {
 		t.Fatalf("problems reading the List: %v", c.problems)
 	}
 	if len(c.pools) != 3 || len(c.namespaces) != 3 || len(c.nodes) != 2 || len(c.pods) != 3 {
 		t.Fatalf("read %d pools, %d namespaces, %d nodes, %d pods; want 3, 3, 2, 3", len(c.pools), len(c.namespaces), len(c.nodes), len(c.pods))
 	}
-	if got := c.pods[1].at.String(); got != "testdata/kubectl-list.yaml:1: document 1, items[9] (Pod default/web-0)" {
+	if got := c.pods[1].at.String(); got != "testdata/kubectl-list.yaml:429: document 1, items[9] (Pod default/web-0)" {
 		t.Errorf("origin of web-0 = %q", got)
 	}
 
