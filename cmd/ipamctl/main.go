@@ -14,7 +14,10 @@
 // gc says which existing claims the garbage collection rules would release,
 // and why. See README.md for the output formats.
 //
-// Nothing talks to a cluster: the files are the whole input.
+// Input is read from files or standard input (-f -), each up to -max-input;
+// a List is read item by item, objects of kinds ipamctl does not read are
+// skipped with a note, and explain writes each pod's answer as soon as it has
+// it. Nothing talks to a cluster: the files are the whole input.
 package main
 
 import (
