@@ -38,6 +38,27 @@ func (s *beforeCreate) CreateAndSetCursor(ctx context.Context, c store.Claim) (s
 	return s.stateStore.CreateAndSetCursor(ctx, c)
 }
 
+// beforeCreateExclusive is beforeCreate over a file store that has
+// CreateExclusive, which the plugin then uses.
+type beforeCreateExclusive struct{ *beforeCreate }
+
+func (s beforeCreateExclusive) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim, error) {
+	s.once.Do(s.hook)
+	return exclusiveStateStore{s.stateStore}.CreateExclusive(ctx, c)
+}
+
+// hooked returns the plugin's store st with hook run before its first write
+// of a claim, with the capabilities st has.
+func hooked(st store.Store, hook func()) store.Store {
+	switch st := st.(type) {
+	case *stateStore:
+		return &beforeCreate{stateStore: st, hook: hook}
+	case exclusiveStateStore:
+		return beforeCreateExclusive{&beforeCreate{stateStore: st.stateStore, hook: hook}}
+	}
+	panic(fmt.Sprintf("hooked: %T is not the plugin's store", st))
+}
+
 // TestExhaustedOnlyWhenFull: while the plugin serves an ADD, host-local (another
 // process) releases one address and takes the one the plugin was about to
 // take. One address is still free, and the plugin must hand it out, as
@@ -63,7 +84,7 @@ func TestExhaustedOnlyWhenFull(t *testing.T) {
 			if err != nil {
 				return nil, nil, err
 			}
-			return &beforeCreate{stateStore: st.(*stateStore), hook: other}, c, nil
+			return hooked(st, other), c, nil
 		}}
 	require.NoError(t, p.cmdAdd(&skel.CmdArgs{ContainerID: "e", IfName: "eth0", StdinData: conf}))
 	require.Equal(t, []string{"10.61.0.2/29 10.61.0.1"}, parseAdd(t, []byte(out.String())).addresses())
