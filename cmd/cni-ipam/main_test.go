@@ -33,7 +33,9 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
+		// Built as the README says to build it: static, without cgo.
 		build := exec.Command("go", "build", "-o", filepath.Join(dir, pluginType), ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building the plugin:", err)
@@ -61,8 +63,9 @@ func hostLocal(t testing.TB) string {
 	t.Helper()
 	hostLocalOnce.Do(func() {
 		install := exec.Command("go", "install", "github.com/containernetworking/plugins/plugins/ipam/host-local@"+hostLocalVersion)
-		// Outside any module and workspace: the version is the one named.
-		install.Env = append(os.Environ(), "GOBIN="+pluginDir, "GOWORK=off")
+		// Outside any module and workspace: the version is the one named;
+		// static, as the plugin is built and as CNI plugins ship.
+		install.Env = append(os.Environ(), "GOBIN="+pluginDir, "GOWORK=off", "CGO_ENABLED=0")
 		install.Dir = pluginDir
 		if out, err := install.CombinedOutput(); err != nil {
 			hostLocalErr = fmt.Errorf("building host-local %s: %v\n%s", hostLocalVersion, err, out)
