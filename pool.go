@@ -342,6 +342,17 @@ func (p *Pool) UnmarshalJSON(data []byte) error {
 	if raw.Name != "" {
 		fe.object = fmt.Sprintf("pool %q", raw.Name)
 	}
+	q := raw.pool(fe)
+	if err := fe.err(); err != nil {
+		return err
+	}
+	*p = q
+	return nil
+}
+
+// pool converts the parsed JSON into a Pool, recording every unparsable value
+// in fe.
+func (raw *rawPool) pool(fe *fieldErrors) Pool {
 	q := Pool{
 		Name:              raw.Name,
 		Terminating:       raw.Terminating,
@@ -404,11 +415,7 @@ func (p *Pool) UnmarshalJSON(data []byte) error {
 			fe.add("strategy", s, `unknown strategy: want "round-robin" or "lowest-free"`)
 		}
 	}
-	if err := fe.err(); err != nil {
-		return err
-	}
-	*p = q
-	return nil
+	return q
 }
 
 // MarshalJSON writes the pool in the form it was written in; single addresses
@@ -726,11 +733,7 @@ func (p *Pool) rangeSet(fe *fieldErrors) []Range {
 // podAffinity, when set, is not empty. Checks across pools are in ValidatePools.
 func (p *Pool) Validate() error {
 	fe := &fieldErrors{object: p.object()}
-	if p.Name == "" {
-		fe.add("name", "", "required")
-	} else if len(p.Name) > 253 || strings.ContainsAny(p.Name, " \t\r\n") {
-		fe.add("name", p.Name, "must be at most 253 characters without white space")
-	}
+	validateObjectName(fe, p.Name)
 	switch {
 	case len(p.Ranges) > 0 && p.Subnet.IsValid():
 		fe.add("subnet", p.Subnet.String(), "ranges and subnet are exclusive: write a host-local range set or a SpiderIPPool spec, not both")
@@ -743,7 +746,7 @@ func (p *Pool) Validate() error {
 		}
 		p.validateRanges(fe)
 	case p.Subnet.IsValid():
-		p.validateSpider(fe)
+		p.validateSpider(fe, "pool")
 	default:
 		fe.add("subnet", "", "required (or ranges)")
 	}
@@ -775,6 +778,16 @@ func (p *Pool) Validate() error {
 	p.NamespaceAffinity.validate(fe, "namespaceAffinity")
 	p.PodAffinity.validate(fe, "podAffinity")
 	return fe.err()
+}
+
+// validateObjectName checks the name of a pool or a subnet: required, at most
+// 253 characters, no white space.
+func validateObjectName(fe *fieldErrors, name string) {
+	if name == "" {
+		fe.add("name", "", "required")
+	} else if len(name) > 253 || strings.ContainsAny(name, " \t\r\n") {
+		fe.add("name", name, "must be at most 253 characters without white space")
+	}
 }
 
 func (p *Pool) validateRanges(fe *fieldErrors) {
@@ -819,7 +832,9 @@ func (p *Pool) validateExcludes(fe *fieldErrors, fam int, subnet netip.Prefix) {
 	}
 }
 
-func (p *Pool) validateSpider(fe *fieldErrors) {
+// validateSpider checks a SpiderIPPool-form spec; noun names what it is
+// ("pool", "subnet") in messages.
+func (p *Pool) validateSpider(fe *fieldErrors, noun string) {
 	s := p.Subnet
 	fam := familyOf(s.Addr())
 	if p.IPVersion != 0 && p.IPVersion != fam {
@@ -837,7 +852,7 @@ func (p *Pool) validateSpider(fe *fieldErrors) {
 		field := fmt.Sprintf("ips[%d]", i)
 		v := formatIPRanges([]netipx.IPRange{r})[0]
 		if familyOf(r.From()) != fam {
-			fe.add(field, v, "not of the pool's IP family IPv%d", fam)
+			fe.add(field, v, "not of the %s's IP family IPv%d", noun, fam)
 		} else if !(s.Contains(r.From()) && s.Contains(r.To())) {
 			fe.add(field, v, "not inside subnet %s", s)
 		}
@@ -863,7 +878,7 @@ func (p *Pool) validateSpider(fe *fieldErrors) {
 			continue
 		}
 		if familyOf(rt.Dst.Addr()) != fam {
-			fe.add(path+".dst", rt.Dst.String(), "not of the pool's IP family IPv%d", fam)
+			fe.add(path+".dst", rt.Dst.String(), "not of the %s's IP family IPv%d", noun, fam)
 		}
 		if rt.Dst.Bits() == 0 {
 			fe.add(path+".dst", rt.Dst.String(), "default route not allowed in routes: set gateway to get a default route")
