@@ -275,8 +275,11 @@ type autoPoolWorld interface {
 	reservedOf(family int) *netipx.IPSet
 }
 
-func (s *AutoPoolSnapshot) subnet(name string) (*Subnet, bool) { sn, ok := s.subnets[name]; return sn, ok }
-func (s *AutoPoolSnapshot) poolExists(name string) bool      { _, ok := s.pools[name]; return ok }
+func (s *AutoPoolSnapshot) subnet(name string) (*Subnet, bool) {
+	sn, ok := s.subnets[name]
+	return sn, ok
+}
+func (s *AutoPoolSnapshot) poolExists(name string) bool        { _, ok := s.pools[name]; return ok }
 func (s *AutoPoolSnapshot) autoPoolsOf(uid string) []*AutoPool { return s.byUID[uid] }
 
 func (s *AutoPoolSnapshot) reservedOf(fam int) *netipx.IPSet { return s.reserved[familyIndex(fam)] }
