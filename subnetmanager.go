@@ -125,6 +125,36 @@ type subnetState struct {
 	free *netipx.IPSet
 	// pools are the subnet's auto-pools, by name.
 	pools map[string]*AutoPool
+	// keep indexes the pools with reclaim false by keptKey, then name: the
+	// pools an application of the same kind and name may reuse.
+	keep map[string]map[string]*AutoPool
+}
+
+// keptKey is what makes a pool with reclaim false reusable by an
+// application: its group, kind, namespace and name, interface and family.
+func keptKey(app AppRef, iface string, family int) string {
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%d", app.Group(), labelValue(app.Kind), labelValue(app.Namespace), labelValue(app.Name), iface, family)
+}
+
+// index adds a to or removes it from st.pools and st.keep.
+func (st *subnetState) index(a *AutoPool, add bool) {
+	name := a.Name()
+	k := keptKey(a.App, a.Interface, a.Family())
+	if add {
+		st.pools[name] = a
+		if !a.Reclaim {
+			if st.keep[k] == nil {
+				st.keep[k] = make(map[string]*AutoPool)
+			}
+			st.keep[k][name] = a
+		}
+		return
+	}
+	delete(st.pools, name)
+	delete(st.keep[k], name)
+	if len(st.keep[k]) == 0 {
+		delete(st.keep, k)
+	}
 }
 
 // retiredOwner owns the claims a SubnetManager makes on addresses a pool
@@ -185,7 +215,7 @@ func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
 		m.served.Store(p.Name, p)
 	}
 	for _, s := range opts.Subnets {
-		m.subnets[s.Name] = &subnetState{s: s, free: snap.freeOf(s), pools: make(map[string]*AutoPool)}
+		m.subnets[s.Name] = &subnetState{s: s, free: snap.freeOf(s), pools: make(map[string]*AutoPool), keep: make(map[string]map[string]*AutoPool)}
 	}
 	for _, a := range opts.AutoPools {
 		m.publishLocked(m.subnets[a.Subnet], a)
@@ -242,20 +272,29 @@ func (m *SubnetManager) AutoPool(req *Request, iface string, family int, subnet 
 	if _, ok := m.apps[pod.App.UID]; !ok {
 		return fail(pod.App, "the application is not known to the subnet manager yet (SetApplication creates its pools)", ErrNotReady)
 	}
+	// A pool that exists serves, even while it waits to grow or shrink:
+	// the Allocator says if it has no free address.
+	var other *AutoPool
+	for _, a := range m.byUID[pod.App.UID] {
+		if a.Interface != iface || a.Family() != family {
+			continue
+		}
+		if a.Subnet == subnet && !a.Pool.Terminating {
+			return a.Name(), nil
+		}
+		other = a
+	}
 	if err := m.pending[autoPoolKey{uid: pod.App.UID, iface: iface, family: family}]; err != nil {
 		return "", m.forPod(err, podName)
 	}
 	if err := m.pending[autoPoolKey{uid: pod.App.UID}]; err != nil {
 		return "", m.forPod(err, podName)
 	}
-	for _, a := range m.byUID[pod.App.UID] {
-		if a.Interface != iface || a.Family() != family {
-			continue
-		}
-		if a.Subnet != subnet {
-			return fail(pod.App, fmt.Sprintf("the pod names subnet %q, but its application's pool %q is from subnet %q", subnet, a.Name(), a.Subnet), ErrNotSupported)
-		}
-		return a.Name(), nil
+	if other != nil && other.Subnet == subnet {
+		return fail(pod.App, fmt.Sprintf("the application's pool %q is being deleted", other.Name()), ErrNotReady)
+	}
+	if other != nil {
+		return fail(pod.App, fmt.Sprintf("the pod names subnet %q, but its application's pool %q is from subnet %q", subnet, other.Name(), other.Subnet), ErrNotSupported)
 	}
 	return fail(pod.App, "the application asks for no pool of this interface and family", ErrNotFound)
 }
@@ -543,7 +582,7 @@ func (m *SubnetManager) commit(ctx context.Context, e *autoPoolEngine, d *AutoPo
 	default:
 		return
 	}
-	if len(d.Added) > 0 {
+	if d.Action == AutoPoolGrow {
 		// Addresses this pool gave back before and now takes again carry its
 		// retirement claims: drop them, so that pods may claim them.
 		if err := m.unretire(ctx, d.Pool.Name(), d.Added); err != nil {
@@ -569,7 +608,10 @@ func (m *SubnetManager) publishLocked(st *subnetState, a *AutoPool) {
 	} else {
 		m.byUID[a.App.UID] = append(list, a)
 	}
-	st.pools[name] = a
+	if old := st.pools[name]; old != nil {
+		st.index(old, false)
+	}
+	st.index(a, true)
 	q := *a.Pool
 	q.PodAffinity = nil
 	q.Strategy = LowestFree
@@ -585,7 +627,7 @@ func (m *SubnetManager) unpublishLocked(st *subnetState, a *AutoPool) {
 	if len(m.byUID[a.App.UID]) == 0 {
 		delete(m.byUID, a.App.UID)
 	}
-	delete(st.pools, name)
+	st.index(a, false)
 	m.served.Delete(name)
 }
 
@@ -794,7 +836,7 @@ func (w *managerWorld) kept(app AppRef, iface string, family int, subnet string)
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
 	var out []*AutoPool
-	for _, a := range st.pools {
+	for _, a := range st.keep[keptKey(app, iface, family)] {
 		if _, live := w.m.apps[a.App.UID]; !live && keptFor(a, app, iface, family, subnet) {
 			out = append(out, a)
 		}
