@@ -93,13 +93,16 @@ type SubnetManager struct {
 	subnets  map[string]*subnetState
 	reserved [2]*netipx.IPSet
 
-	mu      sync.Mutex
-	apps    map[string]*Application // by UID
-	pods    map[string]PodRef       // by UID
-	auto    map[string]*AutoPool    // by name
-	byUID   map[string][]*AutoPool  // by application UID
-	pending map[autoPoolKey]error   // why an application's pool cannot serve
-	waiting map[string]*waiters     // by subnet name: what to retry when it frees addresses
+	mu   sync.Mutex
+	apps map[string]*Application // by UID
+	pods map[string]PodRef       // by UID
+	// podPools are the pools AutoPool served each pod from, by pod UID: a
+	// pool may have changed hands (reuse) since.
+	podPools map[string][]string
+	auto     map[string]*AutoPool   // by name
+	byUID    map[string][]*AutoPool // by application UID
+	pending  map[autoPoolKey]error  // why an application's pool cannot serve
+	waiting  map[string]*waiters    // by subnet name: what to retry when it frees addresses
 
 	served sync.Map // name -> *Pool: what Pool returns
 }
@@ -187,6 +190,7 @@ func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
 		reserved: snap.reserved,
 		apps:     make(map[string]*Application),
 		pods:     make(map[string]PodRef),
+		podPools: make(map[string][]string),
 		auto:     make(map[string]*AutoPool),
 		byUID:    make(map[string][]*AutoPool),
 		pending:  make(map[autoPoolKey]error),
@@ -280,6 +284,9 @@ func (m *SubnetManager) AutoPool(req *Request, iface string, family int, subnet 
 			continue
 		}
 		if a.Subnet == subnet && !a.Pool.Terminating {
+			if !slices.Contains(m.podPools[req.UID], a.Name()) {
+				m.podPools[req.UID] = append(m.podPools[req.UID], a.Name())
+			}
 			return a.Name(), nil
 		}
 		other = a
@@ -332,7 +339,8 @@ func (m *SubnetManager) SetPod(pod PodRef) error {
 
 // DeletePod forgets a pod. Call it once the pod's addresses are released:
 // the shrinks and deletions of its application's pools that waited for pods
-// to give addresses back are retried, and their decisions returned.
+// to give addresses back are retried, and their decisions returned (what
+// still cannot be done is in their Errs). The error is ctx's, if it ended.
 func (m *SubnetManager) DeletePod(ctx context.Context, uid string) ([]AutoPoolDecision, error) {
 	m.mu.Lock()
 	pod, ok := m.pods[uid]
@@ -343,6 +351,12 @@ func (m *SubnetManager) DeletePod(ctx context.Context, uid string) ([]AutoPoolDe
 			subnets = append(subnets, a.Subnet)
 		}
 	}
+	for _, name := range m.podPools[uid] {
+		if a := m.auto[name]; a != nil {
+			subnets = append(subnets, a.Subnet)
+		}
+	}
+	delete(m.podPools, uid)
 	m.mu.Unlock()
 	return m.retry(ctx, subnets)
 }
@@ -350,7 +364,7 @@ func (m *SubnetManager) DeletePod(ctx context.Context, uid string) ([]AutoPoolDe
 // SetApplication records app (a new one, or a change: replicas, annotations)
 // and creates, resizes or refreshes its pools before it returns. It returns
 // the decisions (see DecideAutoPools) and, if some pool is not as the
-// application asks, an error joining their Errs: bad input (ErrInvalid,
+// application asks, an error joining the Errs of its decisions: bad input (ErrInvalid,
 // ErrNotFound, ErrNotSupported) changes nothing; a wait (ErrNotReady) is
 // retried when the subnet gets addresses back. Addresses other pools give
 // back meanwhile are handed to the applications waiting for them, whose
@@ -368,7 +382,8 @@ func (m *SubnetManager) SetApplication(ctx context.Context, app Application) ([]
 // DeleteApplication forgets the application with ref's UID and reclaims its
 // pools: those with reclaim true are deleted once no pod holds their
 // addresses (AutoPoolTerminate until then), the others are kept for an
-// application of the same kind, namespace and name.
+// application of the same kind, namespace and name. What cannot be done yet
+// is in the decisions' Errs; the error is ctx's, if it ended.
 func (m *SubnetManager) DeleteApplication(ctx context.Context, ref AppRef) ([]AutoPoolDecision, error) {
 	m.mu.Lock()
 	delete(m.apps, ref.UID)
@@ -389,7 +404,7 @@ func (m *SubnetManager) DeleteApplication(ctx context.Context, ref AppRef) ([]Au
 		freed = append(freed, f...)
 	}
 	more, err := m.retry(ctx, freed)
-	return append(ds, more...), errors.Join(decisionErrors(ds), err)
+	return append(ds, more...), err
 }
 
 // Resync reconciles against the complete list of applications, as after a
@@ -419,7 +434,6 @@ func (m *SubnetManager) Resync(ctx context.Context, apps []Application) ([]AutoP
 		d, f := m.reclaimPool(ctx, name)
 		if d != nil {
 			ds = append(ds, *d)
-			errs = append(errs, d.Err)
 		}
 		freed = append(freed, f...)
 	}
@@ -430,6 +444,8 @@ func (m *SubnetManager) Resync(ctx context.Context, apps []Application) ([]AutoP
 // Sync retries everything that waits: pools waiting for free addresses,
 // shrinks and deletions waiting for pods to release theirs. Call it after
 // releasing addresses other than through DeletePod (garbage collection).
+// What still cannot be done is in the decisions' Errs; the error is ctx's,
+// if it ended.
 func (m *SubnetManager) Sync(ctx context.Context) ([]AutoPoolDecision, error) {
 	m.mu.Lock()
 	subnets := slices.Collect(maps.Keys(m.waiting))
@@ -763,8 +779,15 @@ func (m *SubnetManager) waitFor(subnet string) *waiters {
 // addresses back in turn, until nothing changes.
 func (m *SubnetManager) retry(ctx context.Context, subnets []string) ([]AutoPoolDecision, error) {
 	var ds []AutoPoolDecision
-	var errs []error
-	queue := slices.Clone(subnets)
+	var queue []string
+	enqueue := func(names []string) {
+		for _, n := range names {
+			if !slices.Contains(queue, n) {
+				queue = append(queue, n)
+			}
+		}
+	}
+	enqueue(subnets)
 	for len(queue) > 0 {
 		if err := ctx.Err(); err != nil {
 			return ds, err
@@ -791,16 +814,15 @@ func (m *SubnetManager) retry(ctx context.Context, subnets []string) ([]AutoPool
 			if d != nil {
 				ds = append(ds, *d)
 			}
-			queue = append(queue, freed...)
+			enqueue(freed)
 		}
 		for _, app := range apps {
 			d, freed := m.apply(ctx, app)
 			ds = append(ds, d...)
-			errs = append(errs, decisionErrors(d))
-			queue = append(queue, freed...)
+			enqueue(freed)
 		}
 	}
-	return ds, errors.Join(errs...)
+	return ds, nil
 }
 
 // managerWorld is a SubnetManager's state as the decisions see it. The
