@@ -49,11 +49,27 @@ type Subnet struct {
 // Validate), returning every problem at once, each naming the field and the
 // value.
 func ParseSubnet(data []byte) (*Subnet, error) {
-	s := new(Subnet)
-	if err := s.UnmarshalJSON(data); err != nil {
+	s, fe, err := parseSubnet(data)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.Validate(); err != nil {
+	// Validate what did parse too, as ParsePool does; a field that did not
+	// parse is not reported again.
+	bad := make(map[string]bool, len(fe.errs))
+	for _, e := range fe.errs {
+		if f, ok := e.(*FieldError); ok {
+			bad[f.Field] = true
+		}
+	}
+	if verr := s.Validate(); verr != nil {
+		for _, e := range unjoin(verr) {
+			if f, ok := e.(*FieldError); ok && bad[f.Field] {
+				continue
+			}
+			fe.errs = append(fe.errs, e)
+		}
+	}
+	if err := fe.err(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -73,21 +89,33 @@ func MustParseSubnet(s string) *Subnet {
 // every unparsable value at once, and leaves the checks that relate fields to
 // each other to Validate. Unknown fields are ignored.
 func (s *Subnet) UnmarshalJSON(data []byte) error {
-	var raw rawPool // a subnet spec's fields are a subset of a pool spec's
-	if err := decodeSpec(data, &raw); err != nil {
+	q, fe, err := parseSubnet(data)
+	if err != nil {
 		return err
 	}
-	fe := &fieldErrors{}
-	if raw.Name != "" {
-		fe.object = fmt.Sprintf("subnet %q", raw.Name)
-	}
-	p := raw.pool(fe)
 	if err := fe.err(); err != nil {
 		return err
 	}
-	*s = Subnet{Name: p.Name, IPVersion: p.IPVersion, Subnet: p.Subnet, IPs: p.IPs, ExcludeIPs: p.ExcludeIPs,
-		Gateway: p.Gateway, Routes: p.Routes, Vlan: p.Vlan, Terminating: p.Terminating}
+	*s = *q
 	return nil
+}
+
+// parseSubnet parses data as parsePool does (a subnet spec's fields are a
+// subset of a pool spec's), naming the subnet in the problems.
+func parseSubnet(data []byte) (*Subnet, *fieldErrors, error) {
+	p, fe, err := parsePool(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &Subnet{Name: p.Name, IPVersion: p.IPVersion, Subnet: p.Subnet, IPs: p.IPs, ExcludeIPs: p.ExcludeIPs,
+		Gateway: p.Gateway, Routes: p.Routes, Vlan: p.Vlan, Terminating: p.Terminating}
+	fe.object = s.object()
+	for _, e := range fe.errs {
+		if f, ok := e.(*FieldError); ok {
+			f.Object = fe.object
+		}
+	}
+	return s, fe, nil
 }
 
 // MarshalJSON writes the SpiderSubnet spec form; single addresses in IPs and
