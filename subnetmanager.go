@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"go4.org/netipx"
 
@@ -105,6 +106,16 @@ type SubnetManager struct {
 	waiting  map[string]*waiters    // by subnet name: what to retry when it frees addresses
 
 	served sync.Map // name -> *Pool: what Pool returns
+	// list is every served pool by name, as of version; rebuilt on demand
+	// once version moves on (every change of served).
+	list    atomic.Pointer[poolList]
+	version atomic.Uint64
+}
+
+// poolList is the served pools by name, as of a version of them.
+type poolList struct {
+	version uint64
+	pools   []*Pool
 }
 
 // autoPoolKey names one pool an application asks for; iface "" and family
@@ -239,12 +250,19 @@ func (m *SubnetManager) Pool(name string) (*Pool, bool) {
 
 // Pools yields every pool, by name.
 func (m *SubnetManager) Pools() iter.Seq[*Pool] {
+	v := m.version.Load()
+	if l := m.list.Load(); l != nil && l.version == v {
+		return slices.Values(l.pools)
+	}
 	var all []*Pool
-	m.served.Range(func(_, v any) bool {
-		all = append(all, v.(*Pool))
+	m.served.Range(func(_, p any) bool {
+		all = append(all, p.(*Pool))
 		return true
 	})
 	slices.SortFunc(all, func(a, b *Pool) int { return cmp.Compare(a.Name, b.Name) })
+	// Every change before v is in all; a change during the Range moved the
+	// version on, so this list is not used after it.
+	m.list.Store(&poolList{version: v, pools: all})
 	return slices.Values(all)
 }
 
@@ -632,6 +650,7 @@ func (m *SubnetManager) publishLocked(st *subnetState, a *AutoPool) {
 	q.PodAffinity = nil
 	q.Strategy = LowestFree
 	m.served.Store(name, &q)
+	m.version.Add(1)
 }
 
 // unpublishLocked removes a. The caller holds m.mu and the lock of a's
@@ -645,6 +664,7 @@ func (m *SubnetManager) unpublishLocked(st *subnetState, a *AutoPool) {
 	}
 	st.index(a, false)
 	m.served.Delete(name)
+	m.version.Add(1)
 }
 
 // retire claims every address of rs in pool for retiredOwner, so that no
