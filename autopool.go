@@ -149,6 +149,26 @@ func (r AppRef) validate(fe *fieldErrors) {
 	}
 	if strings.Count(r.APIVersion, "/") > 1 {
 		fe.add("apiVersion", r.APIVersion, `want "group/version" or "version"`)
+		return
+	}
+	// Each part goes into a label of the pool, or its podAffinity.
+	for _, f := range [...]struct{ name, v string }{
+		{"apiVersion", r.Group()}, {"apiVersion", r.Version()}, {"kind", r.Kind}, {"namespace", r.Namespace}, {"name", r.Name}, {"uid", r.UID},
+	} {
+		if f.v == "" {
+			continue
+		}
+		v := labelValue(f.v)
+		if f.name == "uid" {
+			v = f.v // written as it is, and looked up by
+		}
+		if p := labelValueProblem(v); p != "" {
+			v = f.v
+			if f.name == "apiVersion" {
+				v = r.APIVersion
+			}
+			fe.add(f.name, v, "cannot be written in a label: %s", p)
+		}
 	}
 }
 

@@ -373,3 +373,14 @@ func TestNewAutoPoolSnapshotErrors(t *testing.T) {
 		require.ErrorContains(t, err, want)
 	}
 }
+
+func TestApplicationValidateLabels(t *testing.T) {
+	app := ipam.Application{AppRef: ipam.AppRef{APIVersion: "apps/v1", Kind: " ", Namespace: "default", Name: "-web", UID: "u"}}
+	err := app.Validate()
+	require.ErrorContains(t, err, `kind " ": cannot be written in a label`)
+	require.ErrorContains(t, err, `name "-web": cannot be written in a label`)
+	app = ipam.Application{AppRef: ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: strings.Repeat("n", 200), UID: strings.Repeat("u", 64)}}
+	err = app.Validate()
+	require.ErrorContains(t, err, `uid "uuuu`)
+	require.NotContains(t, err.Error(), "name")
+}
