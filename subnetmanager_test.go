@@ -435,3 +435,17 @@ func TestSubnetManagerModel(t *testing.T) {
 		})
 	}
 }
+
+// TestSubnetManagerAutoPoolNamedByAnotherPod pins README difference 14: the
+// filters cannot match an auto-pool's podAffinity against the pod's
+// controller, so a pod of another application that names the pool is
+// served, where Spiderpool refuses it.
+func TestSubnetManagerAutoPoolNamedByAnotherPod(t *testing.T) {
+	c := newSSCluster(t, []*ipam.Subnet{ssSubnet6()}, nil)
+	web := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+	c.mustSet(web)
+	other := ssApp("Deployment", "other", "u-other-0ther", 1, ssAnn(ipam.AnnotationIPPool, `{"ipv4":["auto4-web-eth0-a5bd3"]}`))
+	res, err := c.start(other, "other-0", false)
+	require.NoError(t, err)
+	require.Equal(t, "auto4-web-eth0-a5bd3", res.IPs[0].Pool)
+}
