@@ -315,9 +315,19 @@ func ParsePool(data []byte) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Validate what did parse too, so that one bad value does not hide the
-	// problems of the others; a field that did not parse is not reported
-	// again.
+	if err := fe.withValidation(p.Validate()); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// withValidation returns the problems of parsing (fe) joined with those of
+// validating what did parse (verr), so that one bad value does not hide the
+// problems of the others; a field that did not parse is not reported again.
+func (fe *fieldErrors) withValidation(verr error) error {
+	if verr == nil {
+		return fe.err()
+	}
 	bad := make(map[string]bool, len(fe.errs))
 	for _, e := range fe.errs {
 		var f *FieldError
@@ -325,19 +335,14 @@ func ParsePool(data []byte) (*Pool, error) {
 			bad[f.Field] = true
 		}
 	}
-	if verr := p.Validate(); verr != nil {
-		for _, e := range unjoin(verr) {
-			var f *FieldError
-			if errors.As(e, &f) && bad[f.Field] {
-				continue
-			}
-			fe.errs = append(fe.errs, e)
+	for _, e := range unjoin(verr) {
+		var f *FieldError
+		if errors.As(e, &f) && bad[f.Field] {
+			continue
 		}
+		fe.errs = append(fe.errs, e)
 	}
-	if err := fe.err(); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return fe.err()
 }
 
 // unjoin returns the errors err joins, or err alone.

@@ -53,23 +53,7 @@ func ParseSubnet(data []byte) (*Subnet, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Validate what did parse too, as ParsePool does; a field that did not
-	// parse is not reported again.
-	bad := make(map[string]bool, len(fe.errs))
-	for _, e := range fe.errs {
-		if f, ok := e.(*FieldError); ok {
-			bad[f.Field] = true
-		}
-	}
-	if verr := s.Validate(); verr != nil {
-		for _, e := range unjoin(verr) {
-			if f, ok := e.(*FieldError); ok && bad[f.Field] {
-				continue
-			}
-			fe.errs = append(fe.errs, e)
-		}
-	}
-	if err := fe.err(); err != nil {
+	if err := fe.withValidation(s.Validate()); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go4.org/netipx"
 
 	"github.com/ipamkit/ipam"
 )
@@ -27,19 +26,7 @@ func TestParseSubnetRoundTrip(t *testing.T) {
 	back, err := ipam.ParseSubnet(out)
 	require.NoError(t, err)
 	require.Equal(t, s, back)
-	require.Equal(t, "10.6.168.101-10.6.168.104,10.6.168.106-10.6.168.110,10.6.168.120", ipSetString(s.Usable().Ranges()))
-}
-
-func ipSetString(rs []netipx.IPRange) string {
-	var parts []string
-	for _, r := range rs {
-		if r.From() == r.To() {
-			parts = append(parts, r.From().String())
-		} else {
-			parts = append(parts, r.String())
-		}
-	}
-	return strings.Join(parts, ",")
+	require.Equal(t, "10.6.168.101-10.6.168.104,10.6.168.106-10.6.168.110,10.6.168.120", strings.Join(formatRanges(s.Usable().Ranges()), ","))
 }
 
 // TestParseSubnetEveryProblem checks that every problem is reported at once,
