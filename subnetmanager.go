@@ -392,7 +392,7 @@ func (m *SubnetManager) SetApplication(ctx context.Context, app Application) ([]
 	m.mu.Lock()
 	m.apps[app.UID] = &app
 	m.mu.Unlock()
-	ds, freed := m.apply(ctx, &app)
+	ds, freed := m.apply(ctx, app.UID)
 	more, err := m.retry(ctx, freed)
 	return append(ds, more...), errors.Join(decisionErrors(ds), err)
 }
@@ -543,11 +543,30 @@ func (m *SubnetManager) subnetsOf(app *Application) []string {
 	return names
 }
 
-// apply decides and applies app's pools, and returns the decisions and the
-// subnets that got addresses back.
-func (m *SubnetManager) apply(ctx context.Context, app *Application) ([]AutoPoolDecision, []string) {
-	subnets := m.subnetsOf(app)
-	unlock := m.lockSubnets(subnets)
+// apply decides and applies the pools of the application with that UID, and
+// returns the decisions and the subnets that got addresses back.
+func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecision, []string) {
+	// Decide on the application as it is once its subnets are locked: two
+	// calls for one application, racing, both apply the latest version.
+	var app *Application
+	var unlock func()
+	for {
+		m.mu.Lock()
+		app = m.apps[uid]
+		m.mu.Unlock()
+		if app == nil {
+			return nil, nil
+		}
+		subnets := m.subnetsOf(app)
+		unlock = m.lockSubnets(subnets)
+		m.mu.Lock()
+		latest := m.apps[uid]
+		m.mu.Unlock()
+		if latest == app {
+			break
+		}
+		unlock()
+	}
 	defer unlock()
 	w := &managerWorld{m: m, ctx: ctx}
 	e := newAutoPoolEngine(w, m.opts)
@@ -817,18 +836,17 @@ func (m *SubnetManager) retry(ctx context.Context, subnets []string) ([]AutoPool
 		m.mu.Lock()
 		w := m.waiting[name]
 		delete(m.waiting, name)
-		var apps []*Application
-		var pools []string
+		var apps, pools []string
 		if w != nil {
 			for uid := range w.apps {
-				if app, ok := m.apps[uid]; ok {
-					apps = append(apps, app)
+				if _, ok := m.apps[uid]; ok {
+					apps = append(apps, uid)
 				}
 			}
 			pools = slices.Sorted(maps.Keys(w.pools))
 		}
 		m.mu.Unlock()
-		slices.SortFunc(apps, func(a, b *Application) int { return cmp.Compare(a.UID, b.UID) })
+		slices.Sort(apps)
 		for _, name := range pools {
 			d, freed := m.reclaimPool(ctx, name)
 			if d != nil {
@@ -836,8 +854,8 @@ func (m *SubnetManager) retry(ctx context.Context, subnets []string) ([]AutoPool
 			}
 			enqueue(freed)
 		}
-		for _, app := range apps {
-			d, freed := m.apply(ctx, app)
+		for _, uid := range apps {
+			d, freed := m.apply(ctx, uid)
 			ds = append(ds, d...)
 			enqueue(freed)
 		}
