@@ -569,7 +569,7 @@ func (e *autoPoolEngine) size(app *Application, cfg *AutoPoolConfig) (int, strin
 func (e *autoPoolEngine) entries(app *Application, cfg *AutoPoolConfig, desired int) ([]autoPoolEntry, []error) {
 	var out []autoPoolEntry
 	var errs []error
-	a := annotationParser{key: cfg.Key, value: annotationValue(app.Annotations, cfg.Key)}
+	a := annotationParser{key: cfg.Key, value: app.Annotations[cfg.Key]}
 	for i, sa := range cfg.Subnets {
 		path := ""
 		if cfg.Key == AnnotationSubnets {
@@ -611,8 +611,6 @@ func (e *autoPoolEngine) entries(app *Application, cfg *AutoPoolConfig, desired 
 	}
 	return out, errs
 }
-
-func annotationValue(m map[string]string, key string) string { return m[key] }
 
 func annotationValueOr(m map[string]string, key, def string) string {
 	if v, ok := m[key]; ok {
