@@ -254,37 +254,56 @@ func NewAutoPoolSnapshot(subnets []*Subnet, pools []*Pool, autoPools []*AutoPool
 	return s, nil
 }
 
-// autoPoolWorld is what the decisions read about the world: an
-// AutoPoolSnapshot, or SubnetManager's state.
-type autoPoolWorld interface {
-	subnet(name string) (*Subnet, bool)
-	// freeOf returns the addresses of s that no pool has and no reservation
-	// holds.
-	freeOf(s *Subnet) *netipx.IPSet
-	// poolExists reports whether any pool has that name.
-	poolExists(name string) bool
-	// autoPoolsOf returns the auto-pools labelled with application UID uid.
-	autoPoolsOf(uid string) []*AutoPool
-	// kept returns the auto-pools whose application is gone and whose
-	// reclaim is false, of an application of the same group, kind, namespace
-	// and name as app, for iface and family from subnet.
-	kept(app AppRef, iface string, family int, subnet string) []*AutoPool
-	// usedOf returns the addresses of a that pods hold.
-	usedOf(a *AutoPool) (*netipx.IPSet, error)
-	// reservedOf returns the reserved addresses of family 4 or 6, or nil.
-	reservedOf(family int) *netipx.IPSet
+// AutoPoolView is what the auto-pool decisions read about the cluster. An
+// AutoPoolSnapshot is one, built from lists; SubnetManager keeps its own; a
+// controller can implement one over informer caches and indexes, so that a
+// decision about one application costs what that application touches, not
+// what the cluster holds (see DecideApplication).
+//
+// A view must be consistent for the length of one decision: a runner that
+// applies decisions concurrently serialises those that touch one subnet.
+type AutoPoolView interface {
+	// Subnet returns the subnet of that name.
+	Subnet(name string) (*Subnet, bool)
+	// FreeAddresses returns the addresses of s that no pool has and no
+	// reservation holds (its Usable addresses less every pool's and the
+	// family's reserved addresses).
+	FreeAddresses(s *Subnet) *netipx.IPSet
+	// PoolExists reports whether a pool of that name exists, auto-pool or
+	// not.
+	PoolExists(name string) bool
+	// AutoPoolsOf returns the auto-pools labelled with application UID uid.
+	AutoPoolsOf(uid string) []*AutoPool
+	// KeptAutoPools returns the auto-pools from subnet, for iface and family,
+	// that an earlier application of the same group, kind, namespace and name
+	// as app kept (reclaim false) when it went: the pools app may reuse.
+	// The decisions check each again, so a view may return more.
+	KeptAutoPools(app AppRef, iface string, family int, subnet string) []*AutoPool
+	// UsedAddresses returns the addresses of a that pods hold (their claims
+	// in the Store), or an error if they cannot be read: then a decides no
+	// shrink and no deletion.
+	UsedAddresses(a *AutoPool) (*netipx.IPSet, error)
+	// Reserved returns the reserved addresses of family 4 or 6, or nil.
+	Reserved(family int) *netipx.IPSet
 }
 
-func (s *AutoPoolSnapshot) subnet(name string) (*Subnet, bool) {
+// Subnet implements AutoPoolView.
+func (s *AutoPoolSnapshot) Subnet(name string) (*Subnet, bool) {
 	sn, ok := s.subnets[name]
 	return sn, ok
 }
-func (s *AutoPoolSnapshot) poolExists(name string) bool        { _, ok := s.pools[name]; return ok }
-func (s *AutoPoolSnapshot) autoPoolsOf(uid string) []*AutoPool { return s.byUID[uid] }
 
-func (s *AutoPoolSnapshot) reservedOf(fam int) *netipx.IPSet { return s.reserved[familyIndex(fam)] }
+// PoolExists implements AutoPoolView.
+func (s *AutoPoolSnapshot) PoolExists(name string) bool { _, ok := s.pools[name]; return ok }
 
-func (s *AutoPoolSnapshot) freeOf(sn *Subnet) *netipx.IPSet {
+// AutoPoolsOf implements AutoPoolView.
+func (s *AutoPoolSnapshot) AutoPoolsOf(uid string) []*AutoPool { return s.byUID[uid] }
+
+// Reserved implements AutoPoolView.
+func (s *AutoPoolSnapshot) Reserved(fam int) *netipx.IPSet { return s.reserved[familyIndex(fam)] }
+
+// FreeAddresses implements AutoPoolView. It costs O(pools).
+func (s *AutoPoolSnapshot) FreeAddresses(sn *Subnet) *netipx.IPSet {
 	var b netipx.IPSetBuilder
 	b.AddSet(sn.Usable())
 	for _, p := range s.all {
@@ -299,7 +318,8 @@ func (s *AutoPoolSnapshot) freeOf(sn *Subnet) *netipx.IPSet {
 	return set
 }
 
-func (s *AutoPoolSnapshot) kept(app AppRef, iface string, family int, subnet string) []*AutoPool {
+// KeptAutoPools implements AutoPoolView.
+func (s *AutoPoolSnapshot) KeptAutoPools(app AppRef, iface string, family int, subnet string) []*AutoPool {
 	var out []*AutoPool
 	for _, a := range s.auto {
 		if keptFor(a, app, iface, family, subnet) {
@@ -309,7 +329,9 @@ func (s *AutoPoolSnapshot) kept(app AppRef, iface string, family int, subnet str
 	return out
 }
 
-func (s *AutoPoolSnapshot) usedOf(a *AutoPool) (*netipx.IPSet, error) {
+// UsedAddresses implements AutoPoolView: the addresses of the claims given
+// to NewAutoPoolSnapshot.
+func (s *AutoPoolSnapshot) UsedAddresses(a *AutoPool) (*netipx.IPSet, error) {
 	u := s.used[a.Name()]
 	if u == nil {
 		return new(netipx.IPSet), nil
@@ -426,24 +448,63 @@ func DecideAutoPools(apps []Application, snap *AutoPoolSnapshot, opts AutoPoolOp
 	return append(out, orphans...)
 }
 
+// DecideApplication decides about the pools of one application by the rules
+// of DecideAutoPools, reading only what the application touches through v:
+// for a runner that reacts to one application's change. Pools of other
+// applications are not judged; the application's own pools it no longer
+// accounts for (an interface or the annotations dropped) are reclaimed.
+// Addresses its shrinks and reclaims give back are free for its creates and
+// grows: apply those first, and if one cannot be applied (a pod took an
+// address meanwhile), decide again before applying the rest. A nil app
+// decides nothing.
+func DecideApplication(app *Application, v AutoPoolView, opts AutoPoolOptions) []AutoPoolDecision {
+	if app == nil || v == nil {
+		return nil
+	}
+	e := newAutoPoolEngine(v, opts)
+	p := e.plan(app)
+	for i := range p.decisions {
+		e.release(&p.decisions[i])
+	}
+	for _, a := range v.AutoPoolsOf(app.UID) {
+		if !slices.ContainsFunc(p.owned, func(o *AutoPool) bool { return o.Name() == a.Name() }) {
+			d := e.reclaim(a)
+			e.release(&d)
+			p.decisions = append(p.decisions, d)
+		}
+	}
+	e.take(p)
+	return p.decisions
+}
+
+// DecideReclaim decides about auto-pool a, whose application is gone, by the
+// rules of DecideAutoPools: keep it (reclaim false), delete it (no pod holds
+// one of its addresses), terminate it, or wait while it terminates.
+func DecideReclaim(a *AutoPool, v AutoPoolView) AutoPoolDecision {
+	if a == nil || a.Pool == nil || v == nil {
+		return AutoPoolDecision{}
+	}
+	return newAutoPoolEngine(v, AutoPoolOptions{}).reclaim(a)
+}
+
 // autoPoolEngine makes decisions against a world, keeping its own copy of
 // the subnets' free addresses as decisions take and give back addresses.
 type autoPoolEngine struct {
-	w    autoPoolWorld
+	w    AutoPoolView
 	def  IPNumber
 	free map[string]*netipx.IPSet
 	// claimed are the kept pools a plan reuses, so that no two take one.
 	claimed map[*AutoPool]bool
 }
 
-func newAutoPoolEngine(w autoPoolWorld, opts AutoPoolOptions) *autoPoolEngine {
+func newAutoPoolEngine(w AutoPoolView, opts AutoPoolOptions) *autoPoolEngine {
 	return &autoPoolEngine{w: w, def: opts.defaultNumber(), free: make(map[string]*netipx.IPSet), claimed: make(map[*AutoPool]bool)}
 }
 
 func (e *autoPoolEngine) freeSet(s *Subnet) *netipx.IPSet {
 	f, ok := e.free[s.Name]
 	if !ok {
-		f = e.w.freeOf(s)
+		f = e.w.FreeAddresses(s)
 		e.free[s.Name] = f
 	}
 	return f
@@ -483,7 +544,7 @@ type autoPoolEntry struct {
 // plan decides everything about app except which free addresses its
 // creates and grows take (see take).
 func (e *autoPoolEngine) plan(app *Application) *appPlan {
-	p := &appPlan{app: app, owned: e.w.autoPoolsOf(app.UID)}
+	p := &appPlan{app: app, owned: e.w.AutoPoolsOf(app.UID)}
 	base := AutoPoolDecision{App: app.AppRef}
 	if err := app.Validate(); err != nil {
 		p.fail(base, err)
@@ -584,7 +645,7 @@ func (e *autoPoolEngine) entries(app *Application, cfg *AutoPoolConfig, desired 
 			}
 			name := f.names[0]
 			field := fmt.Sprintf("%sipv%d[0] %q", path, f.fam, name)
-			s, ok := e.w.subnet(name)
+			s, ok := e.w.Subnet(name)
 			switch {
 			case !ok:
 				ae := a.newError(field+": no SpiderSubnet of that name", ErrNotFound)
@@ -627,7 +688,7 @@ func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, 
 		return &AutoPoolError{App: app.AppRef, Interface: en.iface, Family: en.family, Subnet: en.subnet.Name, Pool: d.PoolName(), Reason: reason}
 	}
 	var cur *AutoPool
-	for _, a := range e.w.autoPoolsOf(app.UID) {
+	for _, a := range e.w.AutoPoolsOf(app.UID) {
 		if a.Interface == en.iface && a.Family() == en.family {
 			cur = a
 		}
@@ -643,7 +704,7 @@ func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, 
 	}
 	reused := ""
 	if cur == nil {
-		for _, k := range e.w.kept(app.AppRef, en.iface, en.family, en.subnet.Name) {
+		for _, k := range e.w.KeptAutoPools(app.AppRef, en.iface, en.family, en.subnet.Name) {
 			if !e.claimed[k] {
 				cur = k
 				e.claimed[k] = true
@@ -658,7 +719,7 @@ func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, 
 			p.fail(d, err)
 			return
 		}
-		if e.w.poolExists(name) {
+		if e.w.PoolExists(name) {
 			e := aerr(fmt.Sprintf("a pool named %q exists and is not this application's (one being deleted, perhaps): waits until it is gone", name))
 			e.Pool = name
 			p.wait(d, e)
@@ -685,7 +746,7 @@ func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, 
 		p.was[len(p.decisions)] = cur
 		p.takes = append(p.takes, len(p.decisions))
 	case desired < size:
-		used, err := e.w.usedOf(cur)
+		used, err := e.w.UsedAddresses(cur)
 		if err != nil {
 			d.Pool = cur
 			ae := aerr("reading which addresses pods hold: " + err.Error())
@@ -735,7 +796,7 @@ func (e *autoPoolEngine) release(d *AutoPoolDecision) {
 	if len(d.Removed) == 0 {
 		return
 	}
-	s, ok := e.w.subnet(d.Subnet)
+	s, ok := e.w.Subnet(d.Subnet)
 	if !ok {
 		return
 	}
@@ -744,7 +805,7 @@ func (e *autoPoolEngine) release(d *AutoPoolDecision) {
 		back.AddRange(r)
 	}
 	back.Intersect(s.Usable())
-	if r := e.w.reservedOf(s.Family()); r != nil {
+	if r := e.w.Reserved(s.Family()); r != nil {
 		back.RemoveSet(r)
 	}
 	back.AddSet(e.freeSet(s))
@@ -761,7 +822,7 @@ func (e *autoPoolEngine) take(p *appPlan) {
 	saved := make(map[string]*netipx.IPSet)
 	for _, i := range p.takes {
 		d := &p.decisions[i]
-		s, _ := e.w.subnet(d.Subnet)
+		s, _ := e.w.Subnet(d.Subnet)
 		free := e.freeSet(s)
 		if _, ok := saved[s.Name]; !ok {
 			saved[s.Name] = free
@@ -814,7 +875,7 @@ func (e *autoPoolEngine) reclaim(a *AutoPool) AutoPoolDecision {
 			a.App.String(), a.App.UID, a.App.Kind)
 		return d
 	}
-	used, err := e.w.usedOf(a)
+	used, err := e.w.UsedAddresses(a)
 	if err != nil {
 		d.Action, d.Err = AutoPoolWait, &AutoPoolError{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a.Name(),
 			Reason: "reading which addresses pods hold: " + err.Error(), Err: ErrNotReady}

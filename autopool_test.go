@@ -384,3 +384,32 @@ func TestApplicationValidateLabels(t *testing.T) {
 	require.ErrorContains(t, err, `uid "uuuu`)
 	require.NotContains(t, err.Error(), "name")
 }
+
+func TestDecideApplication(t *testing.T) {
+	s6, s7 := ssSubnet6(), ssSubnet7()
+	two := ssApp("Deployment", "two", "u-two-22222", 1, ssAnn(ipam.AnnotationSubnets,
+		`[{"interface":"eth0","ipv4":["subnet-6"]},{"interface":"net1","ipv4":["subnet-7"]}]`))
+	other := ssApp("Deployment", "other", "u-oth-33333", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+	var pools []*ipam.AutoPool
+	for _, d := range ssDecide(t, []ipam.Application{two, other}, []*ipam.Subnet{s6, s7}, nil, nil, nil) {
+		pools = append(pools, d.Pool)
+	}
+	require.Len(t, pools, 3)
+	snap, err := ipam.NewAutoPoolSnapshot([]*ipam.Subnet{s6, s7}, nil, pools, nil, nil)
+	require.NoError(t, err)
+	// two drops net1 and grows: net1's pool is reclaimed, and eth0's pool
+	// keeps its addresses and takes the next free ones (other has .103-.104).
+	two.Annotations = ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`)
+	two.Replicas = intp(3)
+	ds := ipam.DecideApplication(&two, snap, ipam.AutoPoolOptions{})
+	require.Len(t, ds, 2, "other's pool is not judged")
+	require.Equal(t, ipam.AutoPoolGrow, ds[0].Action)
+	require.Equal(t, []string{"10.6.168.101-10.6.168.102", "10.6.168.105-10.6.168.106"}, ssIPs(ds[0].Pool))
+	require.Equal(t, ipam.AutoPoolDelete, ds[1].Action)
+	require.Equal(t, "auto4-two-net1-22222", ds[1].PoolName())
+	require.Nil(t, ipam.DecideApplication(nil, snap, ipam.AutoPoolOptions{}))
+
+	d := ipam.DecideReclaim(pools[2], snap)
+	require.Equal(t, ipam.AutoPoolDelete, d.Action)
+	require.Equal(t, ipam.AutoPoolDecision{}, ipam.DecideReclaim(nil, snap))
+}

@@ -230,7 +230,7 @@ func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
 		m.served.Store(p.Name, p)
 	}
 	for _, s := range opts.Subnets {
-		m.subnets[s.Name] = &subnetState{s: s, free: snap.freeOf(s), pools: make(map[string]*AutoPool), keep: make(map[string]map[string]*AutoPool)}
+		m.subnets[s.Name] = &subnetState{s: s, free: snap.FreeAddresses(s), pools: make(map[string]*AutoPool), keep: make(map[string]map[string]*AutoPool)}
 	}
 	for _, a := range opts.AutoPools {
 		m.publishLocked(m.subnets[a.Subnet], a)
@@ -574,7 +574,7 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 	// The application's pools it no longer accounts for (it dropped an
 	// interface, or the subnet annotations) are reclaimed.
 	var orphans []*AutoPool
-	for _, a := range w.autoPoolsOf(app.UID) {
+	for _, a := range w.AutoPoolsOf(app.UID) {
 		if !slices.ContainsFunc(p.owned, func(o *AutoPool) bool { return o.Name() == a.Name() }) {
 			orphans = append(orphans, a)
 		}
@@ -870,7 +870,7 @@ type managerWorld struct {
 	ctx context.Context
 }
 
-func (w *managerWorld) subnet(name string) (*Subnet, bool) {
+func (w *managerWorld) Subnet(name string) (*Subnet, bool) {
 	st, ok := w.m.subnets[name]
 	if !ok {
 		return nil, false
@@ -878,20 +878,20 @@ func (w *managerWorld) subnet(name string) (*Subnet, bool) {
 	return st.s, true
 }
 
-func (w *managerWorld) freeOf(s *Subnet) *netipx.IPSet { return w.m.subnets[s.Name].free }
+func (w *managerWorld) FreeAddresses(s *Subnet) *netipx.IPSet { return w.m.subnets[s.Name].free }
 
-func (w *managerWorld) poolExists(name string) bool {
+func (w *managerWorld) PoolExists(name string) bool {
 	_, ok := w.m.served.Load(name)
 	return ok
 }
 
-func (w *managerWorld) autoPoolsOf(uid string) []*AutoPool {
+func (w *managerWorld) AutoPoolsOf(uid string) []*AutoPool {
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
 	return slices.Clone(w.m.byUID[uid])
 }
 
-func (w *managerWorld) kept(app AppRef, iface string, family int, subnet string) []*AutoPool {
+func (w *managerWorld) KeptAutoPools(app AppRef, iface string, family int, subnet string) []*AutoPool {
 	st := w.m.subnets[subnet]
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
@@ -905,7 +905,7 @@ func (w *managerWorld) kept(app AppRef, iface string, family int, subnet string)
 	return out
 }
 
-func (w *managerWorld) usedOf(a *AutoPool) (*netipx.IPSet, error) {
+func (w *managerWorld) UsedAddresses(a *AutoPool) (*netipx.IPSet, error) {
 	cs, err := w.m.claims.List(w.ctx, a.Name())
 	if err != nil {
 		// Unreadable records (ErrCorrupt) may be held: give nothing back.
@@ -922,6 +922,6 @@ func (w *managerWorld) usedOf(a *AutoPool) (*netipx.IPSet, error) {
 	return set, nil
 }
 
-func (w *managerWorld) reservedOf(family int) *netipx.IPSet {
+func (w *managerWorld) Reserved(family int) *netipx.IPSet {
 	return w.m.reserved[familyIndex(family)]
 }
