@@ -593,7 +593,9 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 			continue
 		}
 		if err := m.retire(ctx, d.Pool.Name(), d.Removed); err != nil {
+			m.mu.Lock()
 			was := m.auto[d.Pool.Name()]
+			m.mu.Unlock()
 			reason := fmt.Sprintf("shrinking: %v; retried when a pod is deleted", err)
 			d.Pool, d.Removed, d.Action, d.Message = was, nil, AutoPoolWait, reason
 			d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: was.Name(), Reason: reason, Err: ErrNotReady}
