@@ -47,8 +47,10 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (Result, error) {
 // the addresses this call claimed are released before the error returns, and
 // the addresses the owner held before the call are kept. Requested addresses
 // are placed before anything is claimed, and claimed before any dynamic
-// address. ErrExhausted is reported only once a List of the pool, read during
-// the call, agrees.
+// address. ErrExhausted is reported only once the Store agrees: a List of the
+// pool read during the call, or, from a Store with pool versions
+// (store.PoolVersioner), a version unchanged since the List the Allocator
+// knows the pool from.
 func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) (Result, error) {
 	if ctx == nil {
 		return Result{}, errNilContext
@@ -324,12 +326,16 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 				return unavailable(t, idx, want)
 			}
 			if !listed {
-				// Full as far as the index knows: ask the Store.
+				// Full as far as the index knows: ask the Store, which
+				// confirms it at once if nothing changed since the
+				// index was filled.
 				listed = true
-				if err := a.fill(ctx, idx); err != nil {
-					return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
+				if !a.unchanged(ctx, idx) {
+					if err := a.fill(ctx, idx); err != nil {
+						return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
+					}
+					continue
 				}
-				continue
 			}
 			if !t.checked {
 				// The owner may hold one of the addresses: a repeat

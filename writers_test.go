@@ -510,3 +510,31 @@ func TestWritersSmallerDefects(t *testing.T) {
 		require.EqualError(t, err, `eth0: pool "nope": no such pool`)
 	})
 }
+
+// An Allocator asked again and again for a full pool confirms with the
+// Store each time, but lists the pool only when the Store's version of it
+// changed (a memstore has versions): a full pool that stays a candidate costs
+// no List per request. A release elsewhere is seen at once.
+func TestWritersFullPoolConfirmedByVersion(t *testing.T) {
+	ctx := context.Background()
+	cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.0/29"}]}`)) // .2-.6
+	require.NoError(t, err)
+	base := memstore.New()
+	cs := &countingStore{Store: base.Open()}
+	a := mustAllocator(t, cat, cs)
+	other := mustAllocator(t, cat, base.Open())
+	for i := range 5 {
+		_, err := other.Allocate(ctx, onPool(fmt.Sprintf("o%d", i), "eth0", "p"))
+		require.NoError(t, err)
+	}
+	for i := range 50 {
+		_, err := a.Allocate(ctx, onPool(fmt.Sprintf("late%d", i), "eth0", "p"))
+		require.ErrorIs(t, err, ipam.ErrExhausted)
+	}
+	require.EqualValues(t, 1, cs.lists.Load(), "Lists for 50 requests to a pool that stayed full")
+	require.NoError(t, other.Release(ctx, store.Owner{UID: "o2"}))
+	res, err := a.Allocate(ctx, onPool("after", "eth0", "p"))
+	require.NoError(t, err, "a release by another Allocator must be seen")
+	require.Equal(t, "10.0.0.4", res.IPs[0].Address.Addr().String())
+	require.EqualValues(t, 2, cs.lists.Load())
+}
