@@ -538,3 +538,32 @@ func TestWritersFullPoolConfirmedByVersion(t *testing.T) {
 	require.Equal(t, "10.0.0.4", res.IPs[0].Address.Addr().String())
 	require.EqualValues(t, 2, cs.lists.Load())
 }
+
+// shrinkingStore shrinks a pool of its source the first time it is asked to
+// create a claim: a pool redefined between the moment an Allocator picks an
+// address and the moment the Store creates its claim.
+type shrinkingStore struct {
+	*memstore.Store
+	src  *changingSource
+	doc  string
+	once sync.Once
+}
+
+func (s *shrinkingStore) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim, error) {
+	s.once.Do(func() { s.src.set(s.doc) })
+	return s.Store.CreateExclusive(ctx, c)
+}
+
+func TestWritersPoolShrunkDuringCreate(t *testing.T) {
+	ctx := context.Background()
+	src := newChangingSource(`{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.20"]}`)
+	st := &shrinkingStore{Store: memstore.New(), src: src, doc: `{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.15-10.0.0.20"]}`}
+	a := mustAllocator(t, src, st)
+	res, err := a.Allocate(ctx, onPool("u", "eth0", "p"))
+	require.NoError(t, err)
+	got := res.IPs[0].Address.Addr()
+	require.False(t, got.Less(netip.MustParseAddr("10.0.0.15")), "%s is outside the pool as it is now", got)
+	cs, err := st.List(ctx, "p")
+	require.NoError(t, err)
+	require.Len(t, cs, 1, "the claim outside the shrunk pool must be given back: %v", cs)
+}
