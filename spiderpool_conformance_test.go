@@ -107,7 +107,7 @@ var spcOverrides = map[string]spcOverride{
 		expect:   `{"release": "after T + SPIDERPOOL_GC_ADDITIONAL_GRACE_DELAY"}`,
 	},
 	"SP-62": {
-		why: "README difference 15: pools carry no Kubernetes object metadata and have no update admission; " +
+		why: "README difference 22: pools carry no Kubernetes object metadata and have no update admission; " +
 			"what the ippool-cidr label serves (the pools of one subnet found and compared) ValidatePools does from the subnets, " +
 			"what the finalizer serves (a pool's records outlive it) the Store does, and a redefined subnet is accepted: " +
 			"new claims come from it, and an owner whose address it no longer covers gets a new one",
@@ -725,10 +725,12 @@ func (w *spcWorld) netConf(t *testing.T, ann map[string]string) ipam.NetConf {
 	if cfg.MultusClusterNetwork != nil {
 		nc.ClusterNetwork = *cfg.MultusClusterNetwork
 	}
-	// The library has no SpiderSubnet: it behaves as Spiderpool with the
-	// feature on and auto-pools off (the subnet annotations are refused).
+	// The scenarios' pools are a Catalog, which serves no auto-pools: the
+	// library behaves as Spiderpool with SpiderSubnet on and auto-pools off
+	// (the subnet annotations are refused). Auto-pools are run by
+	// spidersubnet_conformance_test.go through a SubnetManager.
 	if cfg.EnableAutoPool != nil && *cfg.EnableAutoPool {
-		t.Fatalf("cannot express: the library has no SpiderSubnet auto-pools")
+		t.Fatalf("cannot express here: auto-pool scenarios belong in spidersubnet_conformance_test.go")
 	}
 	_, sub := ann[ipam.AnnotationSubnet]
 	_, subs := ann[ipam.AnnotationSubnets]
@@ -919,8 +921,8 @@ func spcSentinel(t *testing.T, msg string) error {
 	case strings.Contains(msg, "wrong input"):
 		return ipam.ErrInvalid
 	case strings.Contains(msg, "Auto-Pool feature is disabled"):
-		// The library has no SpiderSubnet: the annotation asks for what it
-		// does not do.
+		// A PoolSource that serves no auto-pools (a Catalog) refuses the
+		// annotation as Spiderpool does with its auto-pool feature off.
 		return ipam.ErrNotSupported
 	}
 	t.Fatalf("no sentinel known for Spiderpool error %q", msg)
@@ -2048,7 +2050,7 @@ func spcRunSP61(t *testing.T, sc spcScenario, expect json.RawMessage) {
 // spcRunSP62: Spiderpool's webhook defaults ipVersion from the subnet, adds
 // the ippool-cidr label and its finalizer, and refuses to change the subnet.
 // The library defaults ipVersion the same way; it keeps no object metadata
-// and admits no updates (README difference 15), so the override states what
+// and admits no updates (README difference 22), so the override states what
 // it does instead, and this runner checks each of those: what the label
 // serves (pools grouped by subnet: cidrGroup), what the finalizer serves (a
 // claim outlives its pool: claimsOutlivePool), and a redefined subnet

@@ -22,6 +22,7 @@ var (
 	_ store.Cursors          = (*Store)(nil)
 	_ store.CursorCreator    = (*Store)(nil)
 	_ store.ExclusiveCreator = (*Store)(nil)
+	_ store.PoolVersioner    = (*Store)(nil)
 )
 
 // Store is an in-memory store.Store that also implements store.Cursors and
@@ -161,6 +162,7 @@ func (s *Store) insert(p *poolClaims, c store.Claim, cursor bool) (store.Claim, 
 	}
 	c.Revision = s.b.rev.Add(1)
 	*r = record{owner: c.Owner, time: c.Time, rev: c.Revision}
+	p.version++
 	if cursor {
 		p.cursor = c.IP
 	}
@@ -186,13 +188,17 @@ func (s *Store) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim
 	id := s.b.owners.ident(q)
 	sh := s.b.owners.shard(id)
 	sh.mu.Lock()
-	var buf [2]store.Claim
-	held := sh.collectLocked(id, q, buf[:0])
-	held = slices.DeleteFunc(held, func(h store.Claim) bool { return !store.Conflicts(c, h) })
-	if len(held) > 0 {
-		sh.mu.Unlock()
-		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP,
-			&store.HeldError{Claim: c, Held: slices.Clone(held)})
+	at := sh.lookup(id)
+	if at.found {
+		var buf [2]store.Claim
+		held := sh.collect(at, id, q, buf[:0])
+		held = slices.DeleteFunc(held, func(h store.Claim) bool { return !store.Conflicts(c, h) })
+		if len(held) > 0 {
+			sh.mu.Unlock()
+			return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP,
+				&store.HeldError{Claim: c, Held: slices.Clone(held)})
+		}
+		at = sh.lookup(id) // collect may have dropped stale entries
 	}
 	p := s.b.poolForWrite(c.Pool)
 	c, err := s.insert(p, c, true)
@@ -200,9 +206,13 @@ func (s *Store) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim
 		sh.mu.Unlock()
 		return store.Claim{}, err
 	}
-	sh.addLocked(id, ref{p, c.IP})
+	rs := at.refs()
+	rs.add(ref{p, c.IP})
+	sh.store(id, at, rs)
 	sh.mu.Unlock()
-	s.b.owners.add(c.Owner, p, c.IP, id)
+	if c.Owner.UID != "" && c.Owner.ContainerID != "" || c.Owner.Stable {
+		s.b.owners.add(c.Owner, p, c.IP, id) // its other identities
+	}
 	return c, nil
 }
 
@@ -220,7 +230,7 @@ func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, e
 	sh := s.b.owners.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.collectLocked(id, q, nil), nil
+	return sh.collect(sh.lookup(id), id, q, nil), nil
 }
 
 // Update replaces the claim for (c.Pool, c.IP) with c if its current revision is
@@ -257,6 +267,7 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 	old := r.owner
 	c.Revision = s.b.rev.Add(1)
 	*r = record{owner: c.Owner, time: c.Time, rev: c.Revision}
+	p.version++
 	if len(s.b.watch.list) > 0 {
 		s.b.watch.publish(store.Event{Claim: c})
 	}
@@ -302,10 +313,27 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 	}
 	s.b.rev.Add(1)
 	p.remove(ip)
+	p.version++
 	p.mu.Unlock()
 	s.b.watch.mu.RUnlock()
 	s.b.owners.remove(old, p, ip)
 	return nil
+}
+
+// PoolVersion returns the number of changes made to pool's claims so far
+// (zero for a pool never written): it changes with every Create, Update and
+// Delete of the pool.
+func (s *Store) PoolVersion(ctx context.Context, pool string) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memstore: pool version %s: %w", pool, err)
+	}
+	p := s.b.pool(pool)
+	if p == nil {
+		return 0, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version, nil
 }
 
 // Cursor returns the last address recorded for pool with SetCursor or
