@@ -128,13 +128,6 @@ func (v Vector) FinalCursors(d Difference) (map[string]string, error) {
 	return v.FinalState.LastReserved, nil
 }
 
-// ChecksCursors reports whether v's final cursors are host-local's: not
-// where d states ours. Use FinalCursors, which gives the cursors to check in
-// every vector.
-func (v Vector) ChecksCursors(d Difference) bool {
-	return d.Cursor == nil && !strings.Contains(fmt.Sprint(v.FinalState.LastReserved), "random")
-}
-
 // dir is testdata/conformance, found from this file's place in the tree.
 func dir() string {
 	_, file, _, _ := runtime.Caller(0)
