@@ -43,7 +43,8 @@
 //	}
 //
 // Tests then make clients from srv.Config(), which has no client-side rate
-// limit (QPS -1), and share the server: a test that needs an empty store
+// limit (QPS -1), or hand srv.Kubeconfig() to a program they run, and share
+// the server: a test that needs an empty store
 // deletes what it left (tests of one package run one after another unless
 // they call t.Parallel).
 //

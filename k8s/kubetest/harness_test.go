@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 func TestBuiltinKinds(t *testing.T) {
@@ -73,4 +74,20 @@ func TestSpiderpool(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(got.GetResourceVersion())
+}
+
+// TestKubeconfig reaches the server through the kubeconfig it writes, as a
+// program in another process would.
+func TestKubeconfig(t *testing.T) {
+	kc, err := srv.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{}); err != nil {
+		t.Fatalf("listing namespaces through the kubeconfig: %v", err)
+	}
 }

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	basecompatibility "k8s.io/component-base/compatibility"
 	"k8s.io/klog/v2"
 )
@@ -380,4 +382,20 @@ func healthz(client *http.Client, url string) error {
 		return fmt.Errorf("/healthz: %s: %s", strconv.Itoa(resp.StatusCode), body)
 	}
 	return nil
+}
+
+// Kubeconfig returns a kubeconfig file for the API server, with the same
+// address and trust as Config, for programs a test runs in another process
+// (a CNI plugin, ipamctl) or that read one.
+func (s *Server) Kubeconfig() ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["kubetest"] = &clientcmdapi.Cluster{Server: "https://" + s.addr, CertificateAuthorityData: s.caData}
+	cfg.AuthInfos["kubetest"] = &clientcmdapi.AuthInfo{}
+	cfg.Contexts["kubetest"] = &clientcmdapi.Context{Cluster: "kubetest", AuthInfo: "kubetest"}
+	cfg.CurrentContext = "kubetest"
+	b, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: %w", err)
+	}
+	return b, nil
 }
