@@ -15,12 +15,22 @@
 // Two pools that share addresses are both served here; the Allocator refuses
 // each of them (ipam.ErrOverlap) until one changes.
 //
+// A pool whose spec and deletion state are unchanged keeps its *ipam.Pool
+// across updates (status writes, labels, resyncs), so the Allocator keeps
+// what it knows of the pool: it starts over only for a pool whose pointer
+// changes. Likewise the reserved sets keep their pointer until the addresses
+// they hold change.
+//
 // Spiderpool's webhook fills in defaults (ipVersion, the merged ips list) and
 // refuses invalid objects before they are stored; objects written without it
 // (as in tests) must be in that form.
+//
+// Source follows the objects with informers for a long-lived process; Load
+// reads them once, for a short-lived one such as a CNI plugin.
 package kubepools
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,10 +43,12 @@ import (
 	"sync/atomic"
 
 	"go4.org/netipx"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -57,23 +69,25 @@ var (
 
 // Options configure a Source. The zero Options are the usual ones.
 type Options struct {
-	// Logger receives the objects skipped as invalid. Nil discards them.
+	// Logger receives the objects skipped as invalid, once per version of
+	// their spec. Nil discards them.
 	Logger *slog.Logger
 }
 
 // Source is an ipam.PoolSource (and ipam.DefaultPoolSource and
-// ipam.ReservedSource) that follows a cluster's SpiderIPPool and
-// SpiderReservedIP objects. Start it with Run and wait for WaitForSync
-// before the first allocation; until then it has no pools.
+// ipam.ReservedSource) that serves a cluster's SpiderIPPool and
+// SpiderReservedIP objects. One made by New follows them: start it with Run
+// and wait for WaitForSync before the first allocation; until then it has
+// no pools. One made by Load holds what one list found.
 //
-// Each change publishes a new snapshot; a pool whose object did not change
+// Each change publishes a new snapshot; a pool whose spec did not change
 // keeps the same *ipam.Pool, so the Allocator rebuilds only the indexes of
 // the pools that changed. The zero Source is not usable; create one with
-// New. A *Source is safe for concurrent use.
+// New or Load. A *Source is safe for concurrent use.
 type Source struct {
 	log      *slog.Logger
-	factory  dynamicinformer.DynamicSharedInformerFactory
-	informer [2]cache.SharedIndexInformer // pools, reserved IPs
+	dyn      dynamic.Interface
+	informer [2]cache.SharedIndexInformer // pools, reserved IPs; nil for Load's
 
 	mu       sync.Mutex // orders the updates of the maps below
 	pools    map[string]entry[*ipam.Pool]
@@ -81,9 +95,11 @@ type Source struct {
 	snap     atomic.Pointer[snapshot]
 }
 
-// entry is what one object gave: its value, or nil if it is invalid.
+// entry is what one object gave: its value, or nil if it is invalid, and
+// the input it was made from (its spec and whether it is terminating), so
+// that an update that leaves the input alone keeps the value.
 type entry[T any] struct {
-	rv    string
+	input []byte
 	value T
 }
 
@@ -95,9 +111,12 @@ type snapshot struct {
 	reserved4, reserved6 *netipx.IPSet
 }
 
-// New returns a Source reading the cluster cfg names. It does not contact
-// the server until Run.
-func New(cfg *rest.Config, opts Options) (*Source, error) {
+// resources are the two kinds a Source reads, in the order of
+// Source.informer.
+var resources = [2]schema.GroupVersionResource{IPPoolResource, ReservedIPResource}
+
+// newSource returns a Source with no objects yet.
+func newSource(cfg *rest.Config, opts Options) (*Source, error) {
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubepools: %w", err)
@@ -108,13 +127,32 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 	}
 	s := &Source{
 		log:      log,
-		factory:  dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0),
+		dyn:      dyn,
 		pools:    map[string]entry[*ipam.Pool]{},
 		reserved: map[string]entry[*ipam.ReservedIP]{},
 	}
 	s.snap.Store(&snapshot{byName: map[string]*ipam.Pool{}})
-	for i, gvr := range []schema.GroupVersionResource{IPPoolResource, ReservedIPResource} {
-		s.informer[i] = s.factory.ForResource(gvr).Informer()
+	return s, nil
+}
+
+// New returns a Source that follows the cluster cfg names. It does not
+// contact the server until Run.
+func New(cfg *rest.Config, opts Options) (*Source, error) {
+	s, err := newSource(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	for i, gvr := range resources {
+		r := s.dyn.Resource(gvr)
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return r.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return r.Watch(ctx, o)
+			},
+		}
+		s.informer[i] = cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
 		_, err := s.informer[i].AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.update(i, obj, false) },
 			UpdateFunc: func(_, obj any) { s.update(i, obj, false) },
@@ -127,25 +165,57 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 	return s, nil
 }
 
+// Load returns a Source holding the SpiderIPPool and SpiderReservedIP
+// objects of one list of each, made within ctx: for a program that
+// allocates once and exits, such as a CNI plugin, where informers would
+// cost a watch it never uses. Invalid objects are skipped and logged as by
+// New. The Source does not change afterwards; Run and WaitForSync are not
+// for it.
+func Load(ctx context.Context, cfg *rest.Config, opts Options) (*Source, error) {
+	s, err := newSource(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	for i, gvr := range resources {
+		list, err := s.dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("kubepools: listing %s: %w", gvr.Resource, err)
+		}
+		for j := range list.Items {
+			s.update(i, &list.Items[j], false)
+		}
+	}
+	return s, nil
+}
+
 // Run follows the objects until ctx is done, then stops the informers and
-// returns ctx's error.
+// returns ctx's error. It returns at once with an error for a Source made
+// by Load.
 func (s *Source) Run(ctx context.Context) error {
-	s.factory.Start(ctx.Done())
-	<-ctx.Done()
-	s.factory.Shutdown()
+	if s.informer[0] == nil {
+		return errors.New("kubepools: Run of a Source made by Load, which does not follow the cluster")
+	}
+	var wg sync.WaitGroup
+	for _, inf := range s.informer {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+	}
+	wg.Wait()
 	return ctx.Err()
 }
 
 // WaitForSync waits until both informers have listed their objects once
-// (Run must be running), or ctx is done.
+// (Run must be running), or ctx is done. A Source made by Load is synced.
 func (s *Source) WaitForSync(ctx context.Context) error {
+	if s.informer[0] == nil {
+		return nil
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), s.informer[0].HasSynced, s.informer[1].HasSynced) {
 		return fmt.Errorf("kubepools: waiting for the informers: %w", context.Cause(ctx))
 	}
 	return nil
 }
 
-// update applies one event of informer i.
+// update applies one event of resource i (0 pools, 1 reserved IPs).
 func (s *Source) update(i int, obj any, deleted bool) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj, deleted = d.Obj, true
@@ -155,35 +225,50 @@ func (s *Source) update(i int, obj any, deleted bool) {
 		s.log.Warn("kubepools: object of unexpected type skipped", "type", fmt.Sprintf("%T", obj))
 		return
 	}
-	name, rv := u.GetName(), u.GetResourceVersion()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var changed bool
 	if i == 0 {
-		if deleted {
-			delete(s.pools, name)
-		} else if old, ok := s.pools[name]; !ok || old.rv != rv {
-			p, err := parsePool(u)
-			if err != nil {
-				s.log.Warn("kubepools: SpiderIPPool skipped", "name", name, "resourceVersion", rv, "err", err)
-			}
-			s.pools[name] = entry[*ipam.Pool]{rv, p}
-		}
+		changed = apply(s, s.pools, u, deleted, "SpiderIPPool", parsePool)
 	} else {
-		if deleted {
-			delete(s.reserved, name)
-		} else if old, ok := s.reserved[name]; !ok || old.rv != rv {
-			r, err := parseReservedIP(u)
-			if err != nil {
-				s.log.Warn("kubepools: SpiderReservedIP skipped", "name", name, "resourceVersion", rv, "err", err)
-			}
-			s.reserved[name] = entry[*ipam.ReservedIP]{rv, r}
-		}
+		changed = apply(s, s.reserved, u, deleted, "SpiderReservedIP", parseReservedIP)
 	}
-	s.publish(i == 1)
+	if changed {
+		s.publish(i == 1)
+	}
+}
+
+// apply records object u (deleted, or as it is now) in m, parsing it with
+// parse unless its input is the one m holds, and reports whether m changed.
+// An object that does not parse is logged and kept as nil, so that a later
+// update with the same input is not logged again.
+func apply[T any](s *Source, m map[string]entry[*T], u *unstructured.Unstructured, deleted bool, kind string,
+	parse func([]byte) (*T, error)) bool {
+	name := u.GetName()
+	if deleted {
+		_, had := m[name]
+		delete(m, name)
+		return had
+	}
+	input, err := inputOf(u)
+	if old, ok := m[name]; ok && bytes.Equal(old.input, input) {
+		return false
+	}
+	var v *T
+	if err == nil {
+		v, err = parse(input)
+	}
+	if err != nil {
+		s.log.Warn("kubepools: "+kind+" skipped", "name", name, "resourceVersion", u.GetResourceVersion(), "err", err)
+		v = nil
+	}
+	m[name] = entry[*T]{input, v}
+	return true
 }
 
 // publish makes a new snapshot of the maps; reservedChanged says whether
-// the reserved sets must be made again (else the old pointers are kept).
+// the reserved sets may have changed (else the old pointers are kept, as
+// they are when the sets made again hold the same addresses).
 func (s *Source) publish(reservedChanged bool) {
 	old := s.snap.Load()
 	next := &snapshot{byName: make(map[string]*ipam.Pool, len(s.pools)), reserved4: old.reserved4, reserved6: old.reserved6}
@@ -205,7 +290,8 @@ func (s *Source) publish(reservedChanged bool) {
 				rs = append(rs, r)
 			}
 		}
-		next.reserved4, next.reserved6 = nonEmpty(ipam.ReservedSet(4, rs)), nonEmpty(ipam.ReservedSet(6, rs))
+		next.reserved4 = sameSet(old.reserved4, nonEmpty(ipam.ReservedSet(4, rs)))
+		next.reserved6 = sameSet(old.reserved6, nonEmpty(ipam.ReservedSet(6, rs)))
 	}
 	s.snap.Store(next)
 }
@@ -217,48 +303,42 @@ func nonEmpty(s *netipx.IPSet) *netipx.IPSet {
 	return s
 }
 
-// parsePool reads a SpiderIPPool: its spec, named after the object, and
-// Terminating if the object is being deleted.
-func parsePool(u *unstructured.Unstructured) (*ipam.Pool, error) {
-	data, err := specJSON(u)
-	if err != nil {
-		return nil, err
+// sameSet returns old if it holds the addresses of next, else next.
+func sameSet(old, next *netipx.IPSet) *netipx.IPSet {
+	if old == nil || next == nil || !old.Equal(next) {
+		return next
 	}
-	p, err := ipam.ParsePool(data)
-	if err != nil {
-		return nil, err
-	}
-	p.Terminating = u.GetDeletionTimestamp() != nil
-	return p, nil
+	return old
 }
 
-// parseReservedIP reads a SpiderReservedIP the same way.
-func parseReservedIP(u *unstructured.Unstructured) (*ipam.ReservedIP, error) {
-	data, err := specJSON(u)
-	if err != nil {
-		return nil, err
-	}
-	r := &ipam.ReservedIP{}
-	if err := json.Unmarshal(data, r); err != nil {
-		return nil, err
-	}
-	r.Terminating = u.GetDeletionTimestamp() != nil
-	return r, nil
-}
-
-// specJSON returns u's spec as JSON with the object's name inside, so that
-// the parsers' errors name the object.
-func specJSON(u *unstructured.Unstructured) ([]byte, error) {
+// inputOf returns what a pool or reserved IP is made from: u's spec as
+// JSON, with the object's name inside so that the parsers' errors name the
+// object, and "terminating" set if the object is being deleted (both are
+// fields of the JSON forms of ipam.Pool and ipam.ReservedIP, and neither is
+// a field of the objects' specs). encoding/json writes map keys sorted, so
+// equal inputs are equal bytes.
+func inputOf(u *unstructured.Unstructured) ([]byte, error) {
 	spec, ok := u.Object["spec"].(map[string]any)
 	if !ok {
 		return nil, errors.New("spec: missing or not an object")
 	}
-	withName := make(map[string]any, len(spec)+1)
-	for k, v := range spec {
-		withName[k] = v
+	in := make(map[string]any, len(spec)+2)
+	maps.Copy(in, spec)
+	in["name"] = u.GetName()
+	in["terminating"] = u.GetDeletionTimestamp() != nil
+	return json.Marshal(in)
+}
+
+// parsePool reads a SpiderIPPool's input (see inputOf).
+func parsePool(input []byte) (*ipam.Pool, error) { return ipam.ParsePool(input) }
+
+// parseReservedIP reads a SpiderReservedIP's input (see inputOf).
+func parseReservedIP(input []byte) (*ipam.ReservedIP, error) {
+	r := &ipam.ReservedIP{}
+	if err := json.Unmarshal(input, r); err != nil {
+		return nil, err
 	}
-	withName["name"] = u.GetName()
-	return json.Marshal(withName)
+	return r, nil
 }
 
 // Pool returns the named pool, if its object exists and is valid.

@@ -15,7 +15,7 @@ require (
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad
 )
 
-require go4.org/netipx v0.0.0-20260823151212-3075585bcbeb // indirect
+require go4.org/netipx v0.0.0-20260823151212-3075585bcbeb
 
 require (
 	cel.dev/expr v0.25.2 // indirect

@@ -92,13 +92,8 @@ func TestServerDown(t *testing.T) {
 // never answers: every call fails at its context's deadline with
 // kubestore.ErrUnavailable, wrapping the context's error.
 func TestServerHangs(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close() // never accepted: the kernel completes the handshakes, nobody answers
 	cfg := srv.Config()
-	cfg.Host = "https://" + ln.Addr().String()
+	cfg.Host = "https://" + hungListener(t)
 	s, err := kubestore.New(cfg, kubestore.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +105,18 @@ func TestServerHangs(t *testing.T) {
 			t.Errorf("%s against a hung server: %v, want kubestore.ErrUnavailable and context.DeadlineExceeded", name, err)
 		}
 	}
+}
+
+// hungListener returns the address of a listener that never accepts: the
+// kernel completes the handshakes, and nobody answers.
+func hungListener(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String()
 }
 
 // callWithin makes each call with a context of deadline, fails t for each
