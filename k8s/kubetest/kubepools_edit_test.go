@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"go4.org/netipx"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"go4.org/netipx"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/ipamkit/ipam"
