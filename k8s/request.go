@@ -16,8 +16,10 @@ const DefaultInterface = "eth0"
 // Request builds the ipam.Request for a pod from the pod, its namespace and
 // the node it is scheduled to.
 //
-// It fills Namespace, Name, UID, Labels and Annotations from pod; Node from
-// pod.Spec.NodeName; NodeLabels from node; and NamespaceLabels and
+// It fills Namespace, Name, UID, Labels and Annotations from pod; Stable
+// when the pod is controlled by a StatefulSet (ipam.KindStatefulSet: its
+// addresses then belong to its namespace and name, and come back to the
+// pod that takes the name next); Node from pod.Spec.NodeName; NodeLabels from node; and NamespaceLabels and
 // NamespaceAnnotations from ns. A nil pod, ns or node leaves its fields empty.
 // Interfaces is ifaces or, when none are given, one interface named
 // DefaultInterface whose pools and network are worked out by the allocator.
@@ -35,6 +37,7 @@ func Request(pod *corev1.Pod, ns *corev1.Namespace, node *corev1.Node, ifaces ..
 		req.Labels = maps.Clone(pod.Labels)
 		req.Annotations = maps.Clone(pod.Annotations)
 		req.Node = pod.Spec.NodeName
+		req.Stable = ControllerKind(pod) == ipam.KindStatefulSet
 	}
 	if node != nil {
 		req.NodeLabels = maps.Clone(node.Labels)

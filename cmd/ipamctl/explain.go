@@ -14,7 +14,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/internal/texttable"
@@ -132,7 +131,7 @@ func (c *cluster) pod(namespace, name string) *corev1.Pod {
 // StatefulSet in the input would name a pod so.
 func (c *cluster) statefulName(namespace, name string) bool {
 	if p := c.pod(namespace, name); p != nil {
-		return controllerKind(p) == ipam.KindStatefulSet
+		return k8s.ControllerKind(p) == ipam.KindStatefulSet
 	}
 	i := strings.LastIndexByte(name, '-')
 	if i <= 0 || i == len(name)-1 || strings.Trim(name[i+1:], "0123456789") != "" {
@@ -152,14 +151,6 @@ func podUID(p *corev1.Pod) string {
 		return string(p.UID)
 	}
 	return placeholderUID(p.Namespace, p.Name)
-}
-
-// controllerKind returns the kind of the pod's controlling owner, or "".
-func controllerKind(p *corev1.Pod) string {
-	if ref := metav1.GetControllerOf(p); ref != nil {
-		return ref.Kind
-	}
-	return ""
 }
 
 // explainAll allocates every pod in order and hands each report to yield as
@@ -188,7 +179,6 @@ func (e *explainer) request(p *corev1.Pod) ipam.Request {
 	}
 	req := k8s.Request(p, ns, node)
 	req.UID = podUID(p)
-	req.Stable = controllerKind(p) == ipam.KindStatefulSet
 	req.NetConf = e.netConf
 	return req
 }

@@ -6,9 +6,8 @@ import (
 	"io"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -71,64 +70,18 @@ func runGC(args []string, in *input, stdout, stderr io.Writer, clock func() time
 func (c *cluster) gcPods() []ipam.Pod {
 	out := make([]ipam.Pod, 0, len(c.pods))
 	for _, po := range c.pods {
-		p := po.pod
-		gp := ipam.Pod{
-			Namespace:      p.Namespace,
-			Name:           p.Name,
-			UID:            podUID(p),
-			Phase:          ipam.PodPhase(p.Status.Phase),
-			HostNetwork:    p.Spec.HostNetwork,
-			HasIPs:         len(p.Status.PodIPs) > 0 || p.Status.PodIP != "",
-			ControllerKind: controllerKind(p),
-			NodeReady:      nodeReady(c.nodes[p.Spec.NodeName]),
-			// Kubernetes fills in 30 seconds when the field is unset.
-			TerminationGracePeriod: 30 * time.Second,
-		}
-		if t := p.DeletionTimestamp; t != nil {
-			gp.DeletionTimestamp = t.Time
-		}
-		if s := p.DeletionGracePeriodSeconds; s != nil {
-			gp.DeletionGracePeriod = time.Duration(*s) * time.Second
-		}
-		if s := p.Spec.TerminationGracePeriodSeconds; s != nil {
-			gp.TerminationGracePeriod = time.Duration(*s) * time.Second
-		}
-		for _, cs := range p.Status.ContainerStatuses {
-			if t := cs.State.Terminated; t != nil && t.FinishedAt.Time.After(gp.FinishedAt) {
-				gp.FinishedAt = t.FinishedAt.Time
-			}
-		}
+		gp := k8s.GCPod(po.pod, c.nodes[po.pod.Spec.NodeName])
+		gp.UID = podUID(po.pod)
 		out = append(out, gp)
 	}
 	return out
-}
-
-// nodeReady reports whether the node exists and its Ready condition is True.
-func nodeReady(n *corev1.Node) bool {
-	if n == nil {
-		return false
-	}
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // gcSets describes the input's StatefulSets as garbage collection sees them.
 func (c *cluster) gcSets() []ipam.StatefulSet {
 	out := make([]ipam.StatefulSet, 0, len(c.sets))
 	for _, so := range c.sets {
-		s := so.set
-		gs := ipam.StatefulSet{Namespace: s.Namespace, Name: s.Name, Replicas: 1}
-		if s.Spec.Replicas != nil {
-			gs.Replicas = int(*s.Spec.Replicas)
-		}
-		if s.Spec.Ordinals != nil {
-			gs.OrdinalsStart = int(s.Spec.Ordinals.Start)
-		}
-		out = append(out, gs)
+		out = append(out, k8s.GCStatefulSet(so.set))
 	}
 	return out
 }
