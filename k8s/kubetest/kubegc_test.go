@@ -392,4 +392,7 @@ func sorted(m map[string]bool) string {
 
 type tlogWriter struct{ t *testing.T }
 
-func (w tlogWriter) Write(p []byte) (int, error) { w.t.Log(strings.TrimSpace(string(p))); return len(p), nil }
+func (w tlogWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
