@@ -154,7 +154,7 @@ func checkIndexDir(dir, idx string) error {
 	if err != nil {
 		return err
 	}
-	if rel, err := filepath.Rel(d, i); err == nil && (rel == "." || !strings.HasPrefix(rel, "..")) {
+	if rel, err := filepath.Rel(d, i); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
 		return fmt.Errorf("options.indexDir %q is inside the network directory %q, whose every file host-local reads", idx, dir)
 	}
 	return nil

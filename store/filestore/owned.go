@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/netip"
+	"slices"
 
 	"github.com/ipamkit/ipam/store"
 )
@@ -167,6 +168,7 @@ func (s *Store) scanOwned(ctx context.Context, h *hold, id string, e entry) ([]s
 	if err != nil {
 		return nil, err
 	}
+	slices.SortFunc(ips, netip.Addr.Compare)
 	if entryTarget(ips) != overflow {
 		h.idxChanged = true
 		if err := s.writeEntry(e, ips); err != nil {
