@@ -1113,8 +1113,9 @@ func TestClosed(t *testing.T) {
 }
 
 // benchStore opens a store of pool "net/0" (10.0.0.0/8) over a directory
-// holding n claim files, written as host-local writes them.
-func benchStore(b *testing.B, n int) *filestore.Store {
+// holding n claim files, written as host-local writes them, and returns it and
+// the directory.
+func benchStore(b *testing.B, n int) (*filestore.Store, string) {
 	b.Helper()
 	dir := b.TempDir()
 	for i := range n {
@@ -1129,7 +1130,7 @@ func benchStore(b *testing.B, n int) *filestore.Store {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	return s
+	return s, dir
 }
 
 // BenchmarkCreate measures Create of a free address (and the Delete that frees
@@ -1138,7 +1139,7 @@ func benchStore(b *testing.B, n int) *filestore.Store {
 func BenchmarkCreate(b *testing.B) {
 	for _, n := range []int{10, 4000, 60000} {
 		b.Run(fmt.Sprintf("claims=%d", n), func(b *testing.B) {
-			s := benchStore(b, n)
+			s, _ := benchStore(b, n)
 			ctx := context.Background()
 			c := store.Claim{Pool: "net/0", IP: netip.MustParseAddr("10.255.0.1"),
 				Owner: store.Owner{ContainerID: "0123456789abcdef", Interface: "eth0"}, Time: time.Now()}
@@ -1160,7 +1161,7 @@ func BenchmarkCreate(b *testing.B) {
 func BenchmarkGet(b *testing.B) {
 	for _, n := range []int{10, 4000} {
 		b.Run(fmt.Sprintf("claims=%d", n), func(b *testing.B) {
-			s := benchStore(b, n)
+			s, _ := benchStore(b, n)
 			ctx := context.Background()
 			ip := netip.AddrFrom4([4]byte{10, 0, 0, 5})
 			b.ReportAllocs()

@@ -235,7 +235,7 @@ func (s *Store) readEntry(name string) (entry, error) {
 	return e, nil
 }
 
-// entryTarget returns the target of an entry listing ips.
+// entryTarget returns the target of an entry listing ips, which are sorted.
 func entryTarget(ips []netip.Addr) string {
 	var b []byte
 	for i, ip := range ips {
@@ -420,6 +420,7 @@ func (s *Store) rebuild(ctx context.Context, why string) (marked bool, err error
 	}
 	claims := map[string][]netip.Addr{}
 	files, n := 0, 0
+	var buf [maxFileSize + 1]byte
 	err = s.walk(s.dir, func(name string) error {
 		if n++; n%256 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -436,14 +437,14 @@ func (s *Store) rebuild(ctx context.Context, why string) (marked bool, err error
 		if !ok || badName != "" {
 			return nil
 		}
-		data, _, bad, err := s.readFile(s.path(name), false)
+		data, err := s.readAt(name, &buf)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			return nil
 		case err != nil:
 			return err
-		case bad != "":
-			return nil
+		case data == nil:
+			return nil // not a regular file, or too large: corrupt
 		}
 		owner, bad := parseContent(data)
 		if bad != "" {
@@ -474,11 +475,19 @@ func (s *Store) rebuild(ctx context.Context, why string) (marked bool, err error
 		return false, fmt.Errorf("owner index: %w", err)
 	}
 	written := 0
+	var link [4096]byte
 	for id, ips := range claims {
 		name := entryName(id)
-		slices.SortFunc(ips, netip.Addr.Compare)
 		e := entry{name: name}
 		if existing[name] {
+			// Entries are written sorted: one that lists the same
+			// addresses has the same target.
+			slices.SortFunc(ips, netip.Addr.Compare)
+			n, err := readlink(s.entryPath(name), link[:])
+			if err == nil && n < len(link) && string(link[:n]) == entryTarget(ips) {
+				delete(existing, name)
+				continue
+			}
 			if e, err = s.readEntry(name); err != nil {
 				return false, fmt.Errorf("owner index: %w", err)
 			}
@@ -486,9 +495,6 @@ func (s *Store) rebuild(ctx context.Context, why string) (marked bool, err error
 				s.log.Warn("filestore: owner index entry is corrupt; rewriting it", "file", s.entryPath(name), "problem", e.bad)
 			}
 			delete(existing, name)
-		}
-		if e.bad == "" && !e.all && sameAddrs(e.ips, ips) {
-			continue
 		}
 		if err := s.writeEntry(e, ips); err != nil {
 			return false, fmt.Errorf("owner index: %w", err)
@@ -509,16 +515,6 @@ func (s *Store) rebuild(ctx context.Context, why string) (marked bool, err error
 	s.log.Info("filestore: owner index rebuilt", "dir", s.dir, "index", s.idxDir, "reason", why,
 		"claims", files, "owners", len(claims), "written", written, "removed", len(existing), "took", time.Since(start))
 	return marked, nil
-}
-
-// sameAddrs reports whether a and sorted b hold the same addresses.
-func sameAddrs(a, b []netip.Addr) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	a = slices.Clone(a)
-	slices.SortFunc(a, netip.Addr.Compare)
-	return slices.Equal(a, b)
 }
 
 // reopenDirs opens the network and index directories again if the names
@@ -613,9 +609,10 @@ func (s *Store) replaceLink(name, target string) error {
 	}
 }
 
-// writeEntry makes e list ips: a new link if it does not exist, no link if
-// ips is empty, else a link replaced whole.
+// writeEntry makes e list ips, which it sorts: a new link if it does not
+// exist, no link if ips is empty, else a link replaced whole.
 func (s *Store) writeEntry(e entry, ips []netip.Addr) error {
+	slices.SortFunc(ips, netip.Addr.Compare)
 	path := s.entryPath(e.name)
 	switch {
 	case len(ips) == 0:

@@ -228,7 +228,7 @@ func TestIndexLayout(t *testing.T) {
 	delete(entries, ".state")
 	sum := sha256.Sum256([]byte("odd/id"))
 	want := map[string]string{
-		ctr:                              "10.1.2.2,2001:db8:1::2,10.1.2.3",
+		ctr:                              "10.1.2.2,10.1.2.3,2001:db8:1::2",
 		"_" + hex.EncodeToString(sum[:]): "10.1.2.4",
 		"legacy":                         "10.1.2.5",
 	}
@@ -255,7 +255,7 @@ func TestIndexLayout(t *testing.T) {
 
 	// Releases shorten the list, then remove the entry.
 	require.NoError(t, s.Delete(ctx, v4.Pool, v4.IP, v4.Revision))
-	if got := indexEntries(t, s)[ctr]; got != "2001:db8:1::2,10.1.2.3" {
+	if got := indexEntries(t, s)[ctr]; got != "10.1.2.3,2001:db8:1::2" {
 		t.Errorf("after a Delete the entry holds %q", got)
 	}
 	for _, c := range truth(t, s)[ctr] {

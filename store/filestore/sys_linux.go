@@ -102,6 +102,47 @@ func (s *Store) readFile(path string, withRev bool) (data []byte, st fileState, 
 	return data, st, "", nil
 }
 
+// readAt reads the file name of the network directory into buf, as readFile
+// reads it but without a path or an allocation, for the rebuild of the owner
+// index. It returns nil data for a file that cannot be a claim (not a regular
+// file, too large).
+func (s *Store) readAt(name string, buf *[maxFileSize + 1]byte) ([]byte, error) {
+	s.step(stepRead)
+	var fd int
+	err := retryEINTR(func() (err error) {
+		fd, err = syscall.Openat(s.dirFd, name, openFlags, 0)
+		return err
+	})
+	switch {
+	case err == syscall.ELOOP:
+		return nil, nil
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: s.path(name), Err: err}
+	}
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if err := retryEINTR(func() error { return syscall.Fstat(fd, &st) }); err != nil {
+		return nil, &fs.PathError{Op: "fstat", Path: s.path(name), Err: err}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Size > maxFileSize {
+		return nil, nil
+	}
+	n := 0
+	for n < len(buf) {
+		m, err := syscall.Read(fd, buf[n:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return nil, &fs.PathError{Op: "read", Path: s.path(name), Err: err}
+		case m == 0:
+			return buf[:n], nil
+		}
+		n += m
+	}
+	return nil, nil // grew past any claim since fstat
+}
+
 // readAll reads the size bytes of the open file fd (path names it in errors),
 // or fewer if it is shorter: it is being truncated, and what was read is
 // what there is.
