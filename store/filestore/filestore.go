@@ -149,10 +149,14 @@ type Store struct {
 	pools  map[string]*pool
 	order  []*pool // the pools in Options order
 	lockFd int     // the lock file, for flock
-	dirFd  int     // the directory, for fsync and its modification time
+	// dirs are the network and index directories, open. Readers without
+	// the lock use them; a rebuild under the lock replaces them if the
+	// directories were made again, and retires the old descriptors, which
+	// Close closes.
+	dirs    atomic.Pointer[dirFds]
+	retired []int
 
 	idxDir string                     // the owner index's directory
-	idxFd  int                        // idxDir, for its modification time
 	boot   string                     // this boot's ID
 	state  atomic.Pointer[indexState] // the index's state as last read or written
 	log    *slog.Logger
@@ -232,15 +236,17 @@ func Open(dir string, opts Options) (*Store, error) {
 	if s.lockFd, err = openFile(s.path(lockName), syscall.O_RDONLY|syscall.O_CREAT|syscall.O_CLOEXEC, 0o750); err != nil {
 		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
 	}
-	if s.dirFd, err = openFile(s.dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err != nil {
+	fds := &dirFds{}
+	if fds.net, err = openFile(s.dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err != nil {
 		syscall.Close(s.lockFd)
 		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
 	}
-	if s.idxFd, err = openFile(s.idxDir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err != nil {
+	if fds.idx, err = openFile(s.idxDir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err != nil {
 		syscall.Close(s.lockFd)
-		syscall.Close(s.dirFd)
+		syscall.Close(fds.net)
 		return nil, fmt.Errorf("filestore: open %s: owner index: %w", dir, err)
 	}
+	s.dirs.Store(fds)
 	if err := s.refresh(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
@@ -301,7 +307,11 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return fmt.Errorf("filestore: close %s: %w", s.dir, os.ErrClosed)
 	}
-	errs := []error{syscall.Close(s.lockFd), syscall.Close(s.dirFd), syscall.Close(s.idxFd)}
+	fds := s.dirs.Load()
+	errs := []error{syscall.Close(s.lockFd), syscall.Close(fds.net), syscall.Close(fds.idx)}
+	for _, fd := range s.retired {
+		errs = append(errs, syscall.Close(fd))
+	}
 	for _, p := range s.pools {
 		if p.cursorFd >= 0 {
 			errs = append(errs, syscall.Close(p.cursorFd))

@@ -366,10 +366,11 @@ func (s *Store) marked(st *indexState) string {
 		return fmt.Sprintf("the index was built in another boot (%q, now %q)", st.boot, s.boot)
 	}
 	var net, idx syscall.Stat_t
-	if err := retryEINTR(func() error { return syscall.Fstat(s.dirFd, &net) }); err != nil {
+	fds := s.dirs.Load()
+	if err := retryEINTR(func() error { return syscall.Fstat(fds.net, &net) }); err != nil {
 		return fmt.Sprintf("fstat %s: %v", s.dir, err)
 	}
-	if err := retryEINTR(func() error { return syscall.Fstat(s.idxFd, &idx) }); err != nil {
+	if err := retryEINTR(func() error { return syscall.Fstat(fds.idx, &idx) }); err != nil {
 		return fmt.Sprintf("fstat %s: %v", s.idxDir, err)
 	}
 	switch {
@@ -388,13 +389,14 @@ func (s *Store) marked(st *indexState) string {
 // mark sets the modification times st records on the network directory (if
 // net) and on the index directory (if idx).
 func (s *Store) mark(st *indexState, net, idx bool) error {
+	fds := s.dirs.Load()
 	if net {
-		if err := futimens(s.dirFd, time.Unix(0, st.net)); err != nil {
+		if err := futimens(fds.net, time.Unix(0, st.net)); err != nil {
 			return &fs.PathError{Op: "futimens", Path: s.dir, Err: err}
 		}
 	}
 	if idx {
-		if err := futimens(s.idxFd, time.Unix(0, st.idx)); err != nil {
+		if err := futimens(fds.idx, time.Unix(0, st.idx)); err != nil {
 			return &fs.PathError{Op: "futimens", Path: s.idxDir, Err: err}
 		}
 	}
@@ -524,10 +526,12 @@ func (s *Store) reopenDirs() error {
 	if err := os.MkdirAll(s.idxDir, 0o700); err != nil {
 		return err
 	}
+	old := s.dirs.Load()
+	fds := *old
 	for _, d := range []struct {
 		path string
 		fd   *int
-	}{{s.dir, &s.dirFd}, {s.idxDir, &s.idxFd}} {
+	}{{s.dir, &fds.net}, {s.idxDir, &fds.idx}} {
 		var byName, byFd syscall.Stat_t
 		if err := syscall.Stat(d.path, &byName); err != nil {
 			return &fs.PathError{Op: "stat", Path: d.path, Err: err}
@@ -539,11 +543,17 @@ func (s *Store) reopenDirs() error {
 		if err != nil {
 			return err
 		}
-		syscall.Close(*d.fd)
+		s.retired = append(s.retired, *d.fd) // a reader may still use it
 		*d.fd = fd
+	}
+	if fds != *old {
+		s.dirs.Store(&fds)
 	}
 	return nil
 }
+
+// dirFds are the open network and index directories.
+type dirFds struct{ net, idx int }
 
 // newState writes a new .state for this boot and marks both directories
 // with new modification times, which it reads back (a filesystem may keep
@@ -551,10 +561,11 @@ func (s *Store) reopenDirs() error {
 // reports whether the marks are set.
 func (s *Store) newState() (bool, error) {
 	var net, idx syscall.Stat_t
-	if err := syscall.Fstat(s.dirFd, &net); err != nil {
+	fds := s.dirs.Load()
+	if err := syscall.Fstat(fds.net, &net); err != nil {
 		return false, &fs.PathError{Op: "fstat", Path: s.dir, Err: err}
 	}
-	if err := syscall.Fstat(s.idxFd, &idx); err != nil {
+	if err := syscall.Fstat(fds.idx, &idx); err != nil {
 		return false, &fs.PathError{Op: "fstat", Path: s.idxDir, Err: err}
 	}
 	st := &indexState{boot: s.boot, dev: uint64(net.Dev), ino: net.Ino, idxIno: idx.Ino,
@@ -569,10 +580,10 @@ func (s *Store) newState() (bool, error) {
 			s.warnMark(err)
 			return false, nil
 		}
-		if err := syscall.Fstat(s.dirFd, &net); err != nil {
+		if err := syscall.Fstat(fds.net, &net); err != nil {
 			return false, &fs.PathError{Op: "fstat", Path: s.dir, Err: err}
 		}
-		if err := syscall.Fstat(s.idxFd, &idx); err != nil {
+		if err := syscall.Fstat(fds.idx, &idx); err != nil {
 			return false, &fs.PathError{Op: "fstat", Path: s.idxDir, Err: err}
 		}
 		if net.Mtim.Nano() == st.net && idx.Mtim.Nano() == st.idx {

@@ -391,31 +391,32 @@ func TestIndexDamaged(t *testing.T) {
 		// damage damages the index of s, whose network directory is dir;
 		// restore sets the directories' marks back as they were before.
 		damage func(t *testing.T, s *filestore.Store, dir string, restore func())
-		// logged is what the log must say, with %s the index directory.
+		// logged is what the log must say, with %[1]s the index directory
+		// and %[2]s the network directory.
 		logged string
 	}{
 		{"state missing", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
 			require.NoError(t, os.Remove(filepath.Join(filestore.IndexDir(s), ".state")))
-		}, "there is no index yet (%s/.state is missing)"},
+		}, "there is no index yet (%[1]s/.state is missing)"},
 		{"state a regular file, marks kept", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
 			replaceFile(t, filepath.Join(filestore.IndexDir(s), ".state"), "x")
 			restore()
-		}, `msg="filestore: owner index state is not a symbolic link; rebuilding" file=%s/.state`},
+		}, `msg="filestore: owner index state is not a symbolic link; rebuilding" file=%[1]s/.state`},
 		{"state garbage, marks kept", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
 			replaceLink(t, filepath.Join(filestore.IndexDir(s), ".state"), "ipam-owner-index/1 garbage")
 			restore()
-		}, `msg="filestore: owner index state is corrupt; rebuilding" file=%s/.state problem="target \"ipam-owner-index/1 garbage\" is not ipam-owner-index/1 state"`},
+		}, `msg="filestore: owner index state is corrupt; rebuilding" file=%[1]s/.state problem="target \"ipam-owner-index/1 garbage\" is not ipam-owner-index/1 state"`},
 		{"entry removed", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
 			require.NoError(t, os.Remove(filepath.Join(filestore.IndexDir(s), "a")))
 		}, "the index directory changed since the index was last brought up to date"},
 		{"entry a regular file, marks kept", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
 			replaceFile(t, filepath.Join(filestore.IndexDir(s), "a"), "10.1.2.2")
 			restore()
-		}, `msg="filestore: owner index entry is corrupt; rebuilding the index" file=%s/a problem="not a symbolic link"`},
+		}, `msg="filestore: owner index entry is corrupt; rebuilding the index" file=%[1]s/a problem="not a symbolic link"`},
 		{"entry garbage, marks kept", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
 			replaceLink(t, filepath.Join(filestore.IndexDir(s), "a"), "10.1.2.2,bogus")
 			restore()
-		}, `msg="filestore: owner index entry is corrupt; rebuilding the index" file=%s/a problem="target \"10.1.2.2,bogus\": \"bogus\" is not an address in canonical form"`},
+		}, `msg="filestore: owner index entry is corrupt; rebuilding the index" file=%[1]s/a problem="target \"10.1.2.2,bogus\": \"bogus\" is not an address in canonical form"`},
 		{"entry lists another's address, marks kept", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
 			replaceLink(t, filepath.Join(filestore.IndexDir(s), "a"), "10.1.2.2,2001:db8:1::2,10.1.2.4")
 			restore()
@@ -423,6 +424,14 @@ func TestIndexDamaged(t *testing.T) {
 		{"index directory removed", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
 			require.NoError(t, os.RemoveAll(filestore.IndexDir(s)))
 		}, "there is no index yet"},
+		{"network directory removed and made again", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
+			// The usual cure for host-local's leaked files; host-local
+			// makes the directory again at its next call.
+			require.NoError(t, os.RemoveAll(dir))
+			require.NoError(t, os.Mkdir(dir, 0o755))
+			hostLocalReserve(t, dir, "10.1.2.20", "a\r\neth0", 0)
+			hostLocalReserve(t, dir, "10.1.2.21", "b\r\nnet1", 0)
+		}, "the network directory " + "%[2]s was removed or replaced"},
 		{"temporary files left", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
 			require.NoError(t, os.Symlink("10.1.2.9", filepath.Join(filestore.IndexDir(s), ".tmp-left")))
 			require.NoError(t, os.WriteFile(filepath.Join(dir, ".tmp-left"), []byte("a\r\neth0"), 0o600))
@@ -451,8 +460,8 @@ func TestIndexDamaged(t *testing.T) {
 			wantOwned(t, reader, "a", "b", "legacy", "nobody")
 			wantOwned(t, s, "a", "b", "legacy")
 			want := tc.logged
-			if strings.Contains(want, "%s") {
-				want = fmt.Sprintf(want, filestore.IndexDir(s))
+			if strings.Contains(want, "%") {
+				want = fmt.Sprintf(want, filestore.IndexDir(s), dir)
 			}
 			if !strings.Contains(logs.String(), want) {
 				t.Errorf("log does not say %q:\n%s", want, logs)

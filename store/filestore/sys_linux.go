@@ -110,7 +110,7 @@ func (s *Store) readAt(name string, buf *[maxFileSize + 1]byte) ([]byte, error) 
 	s.step(stepRead)
 	var fd int
 	err := retryEINTR(func() (err error) {
-		fd, err = syscall.Openat(s.dirFd, name, openFlags, 0)
+		fd, err = syscall.Openat(s.dirs.Load().net, name, openFlags, 0)
 		return err
 	})
 	switch {
@@ -391,7 +391,7 @@ func (s *Store) syncDir() error {
 	if !s.sync {
 		return nil
 	}
-	if err := retryEINTR(func() error { return syscall.Fsync(s.dirFd) }); err != nil {
+	if err := retryEINTR(func() error { return syscall.Fsync(s.dirs.Load().net) }); err != nil {
 		return &fs.PathError{Op: "fsync", Path: s.dir, Err: err}
 	}
 	return nil
