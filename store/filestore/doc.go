@@ -231,7 +231,9 @@
 // instant: a claim file gets its name only once it is complete, and Update
 // renames a complete file over the claim. An unnamed file of a process that
 // dies is freed by the kernel; a temporary file left by a crash is never read
-// as a claim, and Open removes it. Nor does this package ever leave a cursor
+// as a claim, and the rebuild of the owner index that the crash makes due (at
+// the next Open, if the lock is free, or the next Owned or CreateExclusive)
+// removes it. Nor does this package ever leave a cursor
 // file empty or holding a mix of two addresses: it writes over the old content
 // only with a single small write(2) of content at least as long, which a dying
 // process either completes or does not start, and replaces the file whole
