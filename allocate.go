@@ -357,24 +357,21 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 		switch {
 		case err == nil:
 			idx.created(ip, at)
-			if !exclusive {
-				lost, err := a.settle(ctx, t, idx, c, hs)
-				if err != nil {
-					return err
+			if exclusive {
+				t.setServed(idx, c)
+				if at.lay == t.lay {
+					t.rng = at.rng
 				}
-				if lost {
-					if t.reused {
-						return nil
-					}
-					if settles++; settles >= maxSettle {
-						return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrConflict,
-							Reason: "other allocations for " + owner.String() + " kept racing this one: try again"}
-					}
-					continue
-				}
+				return nil
 			}
-			t.setServed(idx, c)
-			return nil
+			served, err := a.settle(ctx, t, idx, c, hs)
+			if err != nil || served {
+				return err
+			}
+			if settles++; settles >= maxSettle {
+				return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrConflict,
+					Reason: "other allocations for " + owner.String() + " kept racing this one: try again"}
+			}
 		case errors.Is(err, store.ErrHeld):
 			// The owner holds an address of this family on this interface
 			// (or on none) already: another Allocator served it, or this
@@ -451,6 +448,7 @@ type task struct {
 	want   netip.Addr // requested address, if any
 	ip     netip.Addr
 	rev    int64 // revision of the claim this call created or adopted
+	rng    int   // 1 + the index in lay.ranges of ip's range, when known; else 0
 	reused bool
 	// checked says what the owner holds was matched against this task.
 	checked bool
@@ -477,7 +475,7 @@ type task struct {
 // setServed makes claim c, just created in idx, t's address.
 func (t *task) setServed(idx *poolIndex, c store.Claim) {
 	def := idx.def.Load()
-	t.idx, t.pool, t.lay, t.ip, t.rev = idx, def.pool, def.layout, c.IP, c.Revision
+	t.idx, t.pool, t.lay, t.ip, t.rev, t.rng = idx, def.pool, def.layout, c.IP, c.Revision, 0
 }
 
 // appendTrace appends t's trace entries to out, completing them.
@@ -578,7 +576,9 @@ func (t *task) ownerName(o store.Owner) string {
 
 func (t *task) config() IPConfig {
 	var r Range
-	if si, ok := t.lay.segAt(t.ip); ok {
+	if t.rng > 0 {
+		r = t.lay.ranges[t.rng-1]
+	} else if si, ok := t.lay.segAt(t.ip); ok {
 		r = t.lay.ranges[t.lay.segs[si].rng]
 	} else if k := t.lay.rangeOf(t.ip); k >= 0 {
 		r = t.lay.ranges[k]

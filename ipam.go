@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go4.org/netipx"
@@ -234,7 +235,8 @@ type Allocator struct {
 	log     *slog.Logger
 	quarant time.Duration
 
-	pools readmap.Map[*poolIndex]
+	pools  readmap.Map[*poolIndex]
+	follow atomic.Pointer[follower] // set while Follow runs
 }
 
 // NewAllocator returns an Allocator for the options.

@@ -42,7 +42,10 @@ type poolIndex struct {
 	// since by this Allocator's writes (and its Follow, if any). Without it,
 	// tree knows only the addresses this Allocator claimed or found taken.
 	complete bool
-	misses   int // Creates in a row that found the address taken
+	// gen counts the trees the index had: a reservation made in the tree of
+	// now needs no second look once its claim is created.
+	gen    atomic.Uint64
+	misses atomic.Int32 // Creates in a row that found the address taken
 
 	quarantine []quarantined            // releases still kept, in the order they came
 	quarUntil  map[netip.Addr]time.Time // each quarantined address and its latest end
@@ -106,11 +109,20 @@ func (a *Allocator) index(ctx context.Context, name string) (*poolIndex, error) 
 	if err != nil {
 		return nil, err
 	}
+	first := idx.def.Load() == nil
 	var cursor netip.Addr
-	if a.cursors != nil && idx.def.Load() == nil {
+	if a.cursors != nil && first {
 		if cursor, err = a.cursors.Cursor(ctx, name); err != nil {
 			a.log.Warn("ipam: cannot read last reserved address", "pool", name, "err", err)
 		}
+	}
+	if f := a.follow.Load(); f != nil && first {
+		// Start from what the watch reported of the pool.
+		f.mu.Lock()
+		idx.install(def, cursor)
+		idx.replace(f.take(name))
+		f.mu.Unlock()
+		return idx, nil
 	}
 	idx.install(def, cursor)
 	return idx, nil
@@ -214,7 +226,9 @@ func (idx *poolIndex) install(def *poolDef, cursor netip.Addr) {
 // Called with mu held.
 func (idx *poolIndex) reset(lay *layout) {
 	idx.tree = newUsedTree(lay.levels)
-	idx.complete, idx.misses = false, 0
+	idx.gen.Add(1)
+	idx.complete = false
+	idx.misses.Store(0)
 	for ip := range idx.quarUntil {
 		if o, ok := lay.ordinal(ip); ok {
 			idx.tree.set(o)
@@ -288,6 +302,8 @@ func (idx *poolIndex) describe() string {
 type slot struct {
 	lay *layout
 	ord u128
+	gen uint64
+	rng int // 1 + the index in lay.ranges of the address's range; 0: not known
 
 	cursor  netip.Addr
 	next    u128
@@ -303,7 +319,7 @@ func (idx *poolIndex) reserve(want netip.Addr, now time.Time) (netip.Addr, slot,
 	d := idx.def.Load()
 	lay := d.layout
 	idx.drain(now)
-	at := slot{lay: lay, cursor: idx.cursor, next: idx.next, nextLay: idx.nextLay}
+	at := slot{lay: lay, gen: idx.gen.Load(), cursor: idx.cursor, next: idx.next, nextLay: idx.nextLay}
 	if want.IsValid() {
 		o, ok := lay.ordinal(want)
 		if !ok || (!idx.tree.set(o) && !idx.unquarantine(want)) {
@@ -322,9 +338,9 @@ func (idx *poolIndex) reserve(want netip.Addr, now time.Time) (netip.Addr, slot,
 		return netip.Addr{}, slot{}, false
 	}
 	idx.tree.set(o)
-	ip, _ := lay.addr(o)
+	ip, rng := lay.addr(o)
 	idx.cursor, idx.next, idx.nextLay = ip, o.addOne(), lay
-	at.ord = o
+	at.ord, at.rng = o, rng+1
 	return ip, at, true
 }
 
@@ -355,16 +371,18 @@ func (idx *poolIndex) nextOrd(lay *layout) u128 {
 }
 
 // created records that the Store created the claim of ip, which reserve
-// marked at at. The mark is usually there already, but the definition may
-// have changed, or a fill replaced the tree, since.
+// marked at at. The mark is there already unless the tree was replaced since
+// (a fill, a new definition): then it is set again.
 func (idx *poolIndex) created(ip netip.Addr, at slot) {
+	if idx.misses.Load() != 0 {
+		idx.misses.Store(0)
+	}
+	if at.gen == idx.gen.Load() {
+		return
+	}
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
-	idx.misses = 0
-	lay := idx.def.Load().layout
-	if at.lay == lay {
-		idx.tree.set(at.ord)
-	} else if o, ok := lay.ordinal(ip); ok {
+	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
 		idx.tree.set(o)
 	}
 }
@@ -380,8 +398,7 @@ func (idx *poolIndex) taken(ip netip.Addr, at slot) int {
 		idx.tree.set(o)
 	}
 	idx.restore(ip, at)
-	idx.misses++
-	return idx.misses
+	return int(idx.misses.Add(1))
 }
 
 // restore puts round-robin back where it was before reserve of ip at at, if

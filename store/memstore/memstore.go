@@ -186,13 +186,17 @@ func (s *Store) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim
 	id := s.b.owners.ident(q)
 	sh := s.b.owners.shard(id)
 	sh.mu.Lock()
-	var buf [2]store.Claim
-	held := sh.collectLocked(id, q, buf[:0])
-	held = slices.DeleteFunc(held, func(h store.Claim) bool { return !store.Conflicts(c, h) })
-	if len(held) > 0 {
-		sh.mu.Unlock()
-		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP,
-			&store.HeldError{Claim: c, Held: slices.Clone(held)})
+	at := sh.lookup(id)
+	if at.found {
+		var buf [2]store.Claim
+		held := sh.collect(at, id, q, buf[:0])
+		held = slices.DeleteFunc(held, func(h store.Claim) bool { return !store.Conflicts(c, h) })
+		if len(held) > 0 {
+			sh.mu.Unlock()
+			return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP,
+				&store.HeldError{Claim: c, Held: slices.Clone(held)})
+		}
+		at = sh.lookup(id) // collect may have dropped stale entries
 	}
 	p := s.b.poolForWrite(c.Pool)
 	c, err := s.insert(p, c, true)
@@ -200,9 +204,13 @@ func (s *Store) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim
 		sh.mu.Unlock()
 		return store.Claim{}, err
 	}
-	sh.addLocked(id, ref{p, c.IP})
+	rs := at.refs()
+	rs.add(ref{p, c.IP})
+	sh.store(id, at, rs)
 	sh.mu.Unlock()
-	s.b.owners.add(c.Owner, p, c.IP, id)
+	if c.Owner.UID != "" && c.Owner.ContainerID != "" || c.Owner.Stable {
+		s.b.owners.add(c.Owner, p, c.IP, id) // its other identities
+	}
 	return c, nil
 }
 
@@ -220,7 +228,7 @@ func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, e
 	sh := s.b.owners.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.collectLocked(id, q, nil), nil
+	return sh.collect(sh.lookup(id), id, q, nil), nil
 }
 
 // Update replaces the claim for (c.Pool, c.IP) with c if its current revision is

@@ -124,32 +124,33 @@ func (o *owners) shard(id ident) *ownerShard {
 }
 
 // identities returns the identities of owner, as store.Owner.Identities
-// yields them, without a closure.
-func (o *owners) identities(owner store.Owner) (ids [3]ident, n int) {
+// yields them, without a closure and without their hashes.
+func identities(owner store.Owner) (qs [3]store.OwnerQuery, n int) {
 	if owner.UID != "" {
-		ids[n] = o.ident(store.ByUID(owner.UID))
+		qs[n] = store.ByUID(owner.UID)
 		n++
 	}
 	if owner.Stable && owner.Name != "" {
-		ids[n] = o.ident(store.ByName(owner.Namespace, owner.Name))
+		qs[n] = store.ByName(owner.Namespace, owner.Name)
 		n++
 	}
 	if owner.ContainerID != "" {
-		ids[n] = o.ident(store.ByContainer(owner.ContainerID))
+		qs[n] = store.ByContainer(owner.ContainerID)
 		n++
 	}
-	return ids, n
+	return qs, n
 }
 
 // add indexes the claim of ip in p under every identity of owner but skip
 // (whose shard the caller holds and has updated already; the zero ident
 // skips nothing).
 func (o *owners) add(owner store.Owner, p *poolClaims, ip netip.Addr, skip ident) {
-	ids, n := o.identities(owner)
-	for _, id := range ids[:n] {
-		if id == skip {
+	qs, n := identities(owner)
+	for _, q := range qs[:n] {
+		if q.Kind == skip.kind && q.ID == skip.id {
 			continue
 		}
+		id := o.ident(q)
 		sh := o.shard(id)
 		sh.mu.Lock()
 		sh.addLocked(id, ref{p, ip})
@@ -162,9 +163,9 @@ func (o *owners) add(owner store.Owner, p *poolClaims, ip netip.Addr, skip ident
 // so that an entry is never dropped for a claim that a later write gave the
 // same identity again: that write's own entry may already be in.
 func (o *owners) remove(owner store.Owner, p *poolClaims, ip netip.Addr) {
-	ids, n := o.identities(owner)
-	for _, id := range ids[:n] {
-		q := store.OwnerQuery{Kind: id.kind, ID: id.id}
+	qs, n := identities(owner)
+	for _, q := range qs[:n] {
+		id := o.ident(q)
 		sh := o.shard(id)
 		sh.mu.Lock()
 		p.mu.Lock()
@@ -276,12 +277,11 @@ func (sh *ownerShard) removeLocked(id ident, r ref) {
 	sh.store(id, s, rs)
 }
 
-// collectLocked appends to out the claims that q matches among the entries of
-// id, q's identity, read from their pools, and drops the entries whose claim
-// is gone or no longer has that identity (see owners). Called with sh's lock
-// held.
-func (sh *ownerShard) collectLocked(id ident, q store.OwnerQuery, out []store.Claim) []store.Claim {
-	s := sh.lookup(id)
+// collect appends to out the claims that q matches among the entries of id,
+// q's identity, found at s, read from their pools, and drops the entries
+// whose claim is gone or no longer has that identity (see owners). Called
+// with sh's lock held.
+func (sh *ownerShard) collect(s slotOf, id ident, q store.OwnerQuery, out []store.Claim) []store.Claim {
 	if !s.found {
 		return out
 	}
