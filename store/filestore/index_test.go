@@ -3,14 +3,12 @@
 package filestore_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -711,40 +709,7 @@ func TestExclusiveProcessRace(t *testing.T) {
 	}
 	dir := t.TempDir()
 	const containers = 40
-	var (
-		mu      sync.Mutex
-		winners = map[string][]string{}
-		wg      sync.WaitGroup
-		starts  []io.WriteCloser
-	)
-	for p := range raceProcs {
-		id := fmt.Sprintf("proc-%d", p)
-		cmd := helper(t.Context(), t, "exclusive", dir, id, false, containers)
-		stdin, err := cmd.StdinPipe()
-		require.NoError(t, err)
-		stdout, err := cmd.StdoutPipe()
-		require.NoError(t, err)
-		require.NoError(t, cmd.Start())
-		starts = append(starts, stdin)
-		wg.Go(func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				if ctr, ok := strings.CutPrefix(sc.Text(), "won "); ok {
-					mu.Lock()
-					winners[ctr] = append(winners[ctr], id)
-					mu.Unlock()
-				}
-			}
-			if err := cmd.Wait(); err != nil {
-				t.Errorf("helper %s: %v", id, err)
-			}
-		})
-	}
-	for _, w := range starts {
-		io.WriteString(w, "go\n")
-		w.Close()
-	}
-	wg.Wait()
+	winners := race(t, "exclusive", dir, false, containers)
 	s, err := filestore.Open(dir, filestore.Options{Pools: []filestore.Pool{procPool}})
 	require.NoError(t, err)
 	defer s.Close()
@@ -777,9 +742,15 @@ func mustCreate(t *testing.T, s *filestore.Store, cs ...store.Claim) {
 	}
 }
 
-// firstOf returns the claim of ip in pool for run.
-func firstOf(ctx context.Context, s *filestore.Store, pool, ip string) (store.Claim, error) {
-	return s.Get(ctx, pool, netip.MustParseAddr(ip))
+// deleteOf returns a run that deletes the claim of ip in pool.
+func deleteOf(pool, ip string) func(context.Context, *filestore.Store, string) error {
+	return func(ctx context.Context, s *filestore.Store, _ string) error {
+		c, err := s.Get(ctx, pool, netip.MustParseAddr(ip))
+		if err != nil {
+			return err
+		}
+		return s.Delete(ctx, c.Pool, c.IP, c.Revision)
+	}
 }
 
 // crashScenarios are TestIndexCrash's writes, by name.
@@ -812,32 +783,20 @@ var crashScenarios = map[string]crashScenario{
 		prepare: func(t *testing.T, s *filestore.Store, _ string) {
 			mustCreate(t, s, ctrClaim("net/0", "10.1.2.3", "d", "eth0"), ctrClaim("net/1", "2001:db8:1::3", "d", "eth0"))
 		},
-		run: func(ctx context.Context, s *filestore.Store, _ string) error {
-			c, err := firstOf(ctx, s, "net/0", "10.1.2.3")
-			if err != nil {
-				return err
-			}
-			return s.Delete(ctx, c.Pool, c.IP, c.Revision)
-		},
+		run: deleteOf("net/0", "10.1.2.3"),
 	},
 	"delete-last": {
 		prepare: func(t *testing.T, s *filestore.Store, _ string) {
 			mustCreate(t, s, ctrClaim("net/0", "10.1.2.4", "e", "eth0"))
 		},
-		run: func(ctx context.Context, s *filestore.Store, _ string) error {
-			c, err := firstOf(ctx, s, "net/0", "10.1.2.4")
-			if err != nil {
-				return err
-			}
-			return s.Delete(ctx, c.Pool, c.IP, c.Revision)
-		},
+		run: deleteOf("net/0", "10.1.2.4"),
 	},
 	"update": {
 		prepare: func(t *testing.T, s *filestore.Store, _ string) {
 			mustCreate(t, s, ctrClaim("net/0", "10.1.2.5", "u", "eth0"), ctrClaim("net/0", "10.1.2.6", "v", "eth0"))
 		},
 		run: func(ctx context.Context, s *filestore.Store, _ string) error {
-			c, err := firstOf(ctx, s, "net/0", "10.1.2.5")
+			c, err := s.Get(ctx, "net/0", netip.MustParseAddr("10.1.2.5"))
 			if err != nil {
 				return err
 			}

@@ -206,6 +206,46 @@ const raceProcs = 4
 
 var raceAddrs = map[bool]int{false: 200, true: 60}
 
+// race starts raceProcs helpers of kind on dir at once and returns, for
+// each thing they report winning ("won <thing>"), the helpers that won it.
+func race(t *testing.T, kind, dir string, durable bool, count int) map[string][]string {
+	var (
+		mu      sync.Mutex
+		winners = map[string][]string{}
+		wg      sync.WaitGroup
+		starts  []io.WriteCloser
+	)
+	for p := range raceProcs {
+		id := fmt.Sprintf("proc-%d", p)
+		cmd := helper(t.Context(), t, kind, dir, id, durable, count)
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		starts = append(starts, stdin)
+		wg.Go(func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				if thing, ok := strings.CutPrefix(sc.Text(), "won "); ok {
+					mu.Lock()
+					winners[thing] = append(winners[thing], id)
+					mu.Unlock()
+				}
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("helper %s: %v", id, err)
+			}
+		})
+	}
+	for _, w := range starts {
+		io.WriteString(w, "go\n")
+		w.Close()
+	}
+	wg.Wait()
+	return winners
+}
+
 // TestProcessRace has several processes claim the same addresses of one
 // directory at once: each address must have exactly one winner, whose claim is
 // on disk, intact.
@@ -215,40 +255,7 @@ func TestProcessRace(t *testing.T) {
 	}
 	syncModes(t, func(t *testing.T, durable bool) {
 		dir := t.TempDir()
-		var (
-			mu      sync.Mutex
-			winners = map[string][]string{} // address: ids
-			wg      sync.WaitGroup
-			starts  []io.WriteCloser
-		)
-		for p := range raceProcs {
-			id := fmt.Sprintf("proc-%d", p)
-			cmd := helper(t.Context(), t, "race", dir, id, durable, raceAddrs[durable])
-			stdin, err := cmd.StdinPipe()
-			require.NoError(t, err)
-			stdout, err := cmd.StdoutPipe()
-			require.NoError(t, err)
-			require.NoError(t, cmd.Start())
-			starts = append(starts, stdin)
-			wg.Go(func() {
-				sc := bufio.NewScanner(stdout)
-				for sc.Scan() {
-					if ip, ok := strings.CutPrefix(sc.Text(), "won "); ok {
-						mu.Lock()
-						winners[ip] = append(winners[ip], id)
-						mu.Unlock()
-					}
-				}
-				if err := cmd.Wait(); err != nil {
-					t.Errorf("helper %s: %v", id, err)
-				}
-			})
-		}
-		for _, w := range starts {
-			io.WriteString(w, "go\n")
-			w.Close()
-		}
-		wg.Wait()
+		winners := race(t, "race", dir, durable, raceAddrs[durable]) // address: ids
 
 		s, err := filestore.Open(dir, filestore.Options{Pools: []filestore.Pool{procPool}})
 		require.NoError(t, err)
