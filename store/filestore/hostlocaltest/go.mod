@@ -3,6 +3,7 @@ module github.com/ipamkit/ipam/store/filestore/hostlocaltest
 go 1.26.0
 
 require (
+	github.com/containernetworking/plugins v1.9.1
 	github.com/ipamkit/ipam v0.0.0
 	github.com/stretchr/testify v1.12.1
 )
@@ -10,7 +11,6 @@ require (
 require (
 	github.com/alexflint/go-filemutex v1.3.0 // indirect
 	github.com/containernetworking/cni v1.3.0 // indirect
-	github.com/containernetworking/plugins v1.9.1 // indirect
 	github.com/coreos/go-iptables v0.8.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/safchain/ethtool v0.6.2 // indirect
