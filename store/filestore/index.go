@@ -504,7 +504,12 @@ func (s *Store) rebuild(ctx context.Context, why string) (marked bool, err error
 		written++
 	}
 	for name := range existing {
-		if err := syscall.Unlink(s.entryPath(name)); err != nil && err != syscall.ENOENT {
+		switch err := syscall.Unlink(s.entryPath(name)); err {
+		case nil, syscall.ENOENT:
+		case syscall.EISDIR, syscall.EPERM:
+			// A directory, which is no entry: left to whoever made it.
+			s.log.Warn("filestore: the owner index directory holds something that is no entry; leaving it", "file", s.entryPath(name))
+		default:
 			return false, fmt.Errorf("owner index: %w", &fs.PathError{Op: "unlink", Path: s.entryPath(name), Err: err})
 		}
 	}

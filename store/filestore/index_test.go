@@ -134,12 +134,16 @@ func wantOwned(t *testing.T, s *filestore.Store, ids ...string) {
 	}
 }
 
-// indexEntries returns the owner index's entries: name to link target.
+// indexEntries returns the owner index's entries, name to link target, and
+// what else it holds but directories.
 func indexEntries(t *testing.T, s *filestore.Store) map[string]string {
 	t.Helper()
 	dir := filestore.IndexDir(s)
 	out := map[string]string{}
 	for _, name := range dirNames(t, dir) {
+		if fi, err := os.Lstat(filepath.Join(dir, name)); err == nil && fi.IsDir() {
+			continue
+		}
 		target, err := os.Readlink(filepath.Join(dir, name))
 		if err != nil {
 			target = "not a link: " + err.Error()
@@ -434,6 +438,9 @@ func TestIndexDamaged(t *testing.T) {
 			require.NoError(t, os.Symlink("10.1.2.9", filepath.Join(filestore.IndexDir(s), ".tmp-left")))
 			require.NoError(t, os.WriteFile(filepath.Join(dir, ".tmp-left"), []byte("a\r\neth0"), 0o600))
 		}, "the network directory changed since the index was last brought up to date"},
+		{"a directory in the index directory", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
+			require.NoError(t, os.Mkdir(filepath.Join(filestore.IndexDir(s), "stray"), 0o700))
+		}, `msg="filestore: the owner index directory holds something that is no entry; leaving it" file=%[1]s/stray`},
 		{"another boot", func(t *testing.T, s *filestore.Store, dir string, restore func()) {
 			other := stateRE.ReplaceAllString(readState(t, s), "ipam-owner-index/1 boot=00000000-0000-0000-0000-000000000000 dir=$2:$3 index=$4 mtime=$5,$6")
 			replaceLink(t, filepath.Join(filestore.IndexDir(s), ".state"), other)
