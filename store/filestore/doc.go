@@ -286,9 +286,11 @@
 // utimensat, linkat, fstat, the FS_IOC_GETVERSION ioctl and close; utimensat
 // of both directories; 11 of them without the index) and creates two inodes
 // (the claim file, the entry), one in each directory; CreateAndSetCursor adds
-// the cursor's fstat and pwrite, and CreateExclusive one readlink. A Delete
-// of a container's last claim makes 14 and frees both inodes. On ext4 without a journal the new inodes are most of the cost: the
-// inode allocator skips, one by one, the inodes freed in the last minutes.
+// the cursor's fstat and pwrite, and CreateExclusive as many (its readlink of
+// the entry serves both the check and the update). A Delete of a container's
+// last claim makes 14 and frees both inodes. On ext4 without a journal the
+// new inodes are most of the cost: the inode allocator skips, one by one, the
+// inodes freed in the last minutes.
 //
 // Owned, while the index is believed, makes two fstat calls, one readlink of
 // the container's entry, and reads the claim file of each address the entry

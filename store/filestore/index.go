@@ -268,6 +268,9 @@ type hold struct {
 	// stale: an index update failed or found a corrupt entry: the marks stay
 	// off, so that the next call that needs the index rebuilds it.
 	stale bool
+	// read is the entry this hold last read and left as it is on disk, if
+	// any, so that a write after a read does not read it again.
+	read *entry
 }
 
 // begin takes the lock and checks the index.
@@ -310,7 +313,7 @@ func (s *Store) ensure(ctx context.Context, h *hold) error {
 		return err
 	}
 	h.complete, h.valid, h.stale = true, marked, false
-	h.netChanged, h.idxChanged = false, false
+	h.netChanged, h.idxChanged, h.read = false, false, nil
 	return nil
 }
 
@@ -655,7 +658,7 @@ func (s *Store) writeEntry(e entry, ips []netip.Addr) error {
 // addEntry records, under h, that container id may hold ip: before its claim
 // file is published.
 func (s *Store) addEntry(h *hold, id string, ip netip.Addr) error {
-	e, err := s.readEntry(entryName(id))
+	e, err := h.entry(s, entryName(id))
 	if err != nil {
 		return err
 	}
@@ -666,8 +669,16 @@ func (s *Store) addEntry(h *hold, id string, ip netip.Addr) error {
 	if e.all || slices.Contains(e.ips, ip) {
 		return nil
 	}
-	h.idxChanged = true
+	h.idxChanged, h.read = true, nil
 	return s.writeEntry(e, append(e.ips, ip))
+}
+
+// entry returns the index entry name, as this hold last read it or from disk.
+func (h *hold) entry(s *Store, name string) (entry, error) {
+	if h.read != nil && h.read.name == name {
+		return *h.read, nil
+	}
+	return s.readEntry(name)
 }
 
 // dropEntry records, under h, that container id no longer holds ip: after
@@ -686,7 +697,7 @@ func (s *Store) dropEntry(h *hold, id string, ip netip.Addr) {
 	case e.all || !slices.Contains(e.ips, ip):
 		return
 	}
-	h.idxChanged = true
+	h.idxChanged, h.read = true, nil
 	if err := s.writeEntry(e, slices.DeleteFunc(e.ips, func(x netip.Addr) bool { return x == ip })); err != nil {
 		s.log.Warn("filestore: cannot update an owner index entry; it keeps an address no longer held", "file", s.entryPath(e.name), "error", err)
 	}

@@ -132,8 +132,11 @@ func (s *Store) owned(ctx context.Context, h *hold, id string) ([]store.Claim, e
 		h.idxChanged = true
 		if err := s.writeEntry(e, keep); err != nil {
 			s.log.Warn("filestore: cannot remove addresses no longer held from an owner index entry", "file", s.entryPath(e.name), "error", err)
+			return held, nil
 		}
+		e.ips, e.exists = keep, len(keep) > 0
 	}
+	h.read = &e
 	return held, nil
 }
 
