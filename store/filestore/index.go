@@ -218,21 +218,24 @@ func (s *Store) readEntry(name string) (entry, error) {
 		e.bad = fmt.Sprintf("target longer than %d bytes", maxTarget)
 		return e, nil
 	}
-	target := string(buf[:n])
+	e.ips, e.all, e.bad = parseTarget(string(buf[:n]))
+	return e, nil
+}
+
+// parseTarget parses an entry's target: the addresses it lists, or all for
+// an overflow, or why it is corrupt.
+func parseTarget(target string) (ips []netip.Addr, all bool, bad string) {
 	if target == overflow {
-		e.all = true
-		return e, nil
+		return nil, true, ""
 	}
 	for part := range strings.SplitSeq(target, ",") {
 		ip, err := netip.ParseAddr(part)
 		if err != nil || ip.Zone() != "" || ip.Is4In6() || ip.String() != part {
-			e.bad = fmt.Sprintf("target %q: %q is not an address in canonical form", target, part)
-			e.ips = nil
-			return e, nil
+			return nil, false, fmt.Sprintf("target %q: %q is not an address in canonical form", target, part)
 		}
-		e.ips = append(e.ips, ip)
+		ips = append(ips, ip)
 	}
-	return e, nil
+	return ips, false, ""
 }
 
 // entryTarget returns the target of an entry listing ips, which are sorted.
