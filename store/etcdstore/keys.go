@@ -102,6 +102,10 @@ func parseAddrSegment(fam, h string) (netip.Addr, error) {
 	if _, err := hex.Decode(buf[:want], []byte(h)); err != nil {
 		return netip.Addr{}, fmt.Errorf("address %q: %w", h, err)
 	}
+	if hex.EncodeToString(buf[:want]) != h {
+		// Upper case would name an address twice.
+		return netip.Addr{}, fmt.Errorf("address %q: not lower-case hex", h)
+	}
 	if want == 4 {
 		return netip.AddrFrom4([4]byte(buf[:4])), nil
 	}
