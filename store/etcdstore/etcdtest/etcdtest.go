@@ -69,8 +69,9 @@ type Member struct {
 	peerURL   url.URL
 	newConfig func() *embed.Config
 
-	mu sync.Mutex
-	e  *embed.Etcd // nil while stopped
+	mu      sync.Mutex
+	e       *embed.Etcd    // nil while stopped
+	closing sync.WaitGroup // Close calls of killed servers
 }
 
 // Start starts a cluster and waits until every member is ready (a leader is
@@ -293,17 +294,11 @@ func (m *Member) IsLeader() bool {
 // Kill stops the member at once, without handing over leadership or
 // finishing its requests: the nearest thing to a crash in one process. Its
 // data stays for Restart. Killing a stopped member does nothing.
+//
+// Kill returns once the server has stopped; closing its listeners goes on
+// in the background (its peer server waits up to a second for its peers to
+// hang up), and Restart waits for their ports.
 func (m *Member) Kill() {
-	m.stop(true)
-}
-
-// Close stops the member gracefully, handing over leadership if it leads.
-// Closing a stopped member does nothing.
-func (m *Member) Close() {
-	m.stop(false)
-}
-
-func (m *Member) stop(hard bool) {
 	m.mu.Lock()
 	e := m.e
 	m.e = nil
@@ -311,10 +306,22 @@ func (m *Member) stop(hard bool) {
 	if e == nil {
 		return
 	}
-	if hard {
-		e.Server.HardStop()
+	e.Server.HardStop()
+	m.closing.Go(e.Close)
+}
+
+// Close stops the member gracefully, handing over leadership if it leads,
+// and waits until its listeners are closed. Closing a stopped member only
+// waits for that.
+func (m *Member) Close() {
+	m.mu.Lock()
+	e := m.e
+	m.e = nil
+	m.mu.Unlock()
+	if e != nil {
+		e.Close()
 	}
-	e.Close()
+	m.closing.Wait()
 }
 
 // Restart starts a stopped member again on its data and its ports, and
