@@ -28,7 +28,22 @@ import (
 // come from the embedded memstore.
 type concCountingStore struct {
 	*memstore.Store
-	creates, exists atomic.Int64
+	creates, exists, lists atomic.Int64
+}
+
+func (s *concCountingStore) List(ctx context.Context, pool string) ([]store.Claim, error) {
+	s.lists.Add(1)
+	return s.Store.List(ctx, pool)
+}
+
+// CreateExclusive counts as Create does.
+func (s *concCountingStore) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim, error) {
+	got, err := s.Store.CreateExclusive(ctx, c)
+	s.creates.Add(1)
+	if errors.Is(err, store.ErrExists) {
+		s.exists.Add(1)
+	}
+	return got, err
 }
 
 func (s *concCountingStore) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
@@ -52,9 +67,9 @@ func (s *concCountingStore) CreateAndSetCursor(ctx context.Context, c store.Clai
 
 var _ store.CursorCreator = (*concCountingStore)(nil)
 
-func concAllocator(t testing.TB, pools ipam.PoolSource, st store.Store, resync time.Duration) *ipam.Allocator {
+func concAllocator(t testing.TB, pools ipam.PoolSource, st store.Store) *ipam.Allocator {
 	t.Helper()
-	a, err := ipam.NewAllocator(ipam.Options{Pools: pools, Store: st, ResyncInterval: resync})
+	a, err := ipam.NewAllocator(ipam.Options{Pools: pools, Store: st})
 	require.NoError(t, err)
 	return a
 }
@@ -296,12 +311,11 @@ func TestConcurrentAllocators(t *testing.T) {
 	)
 	stA := memstore.New()
 	stB := stA.Open()
-	// A short resync interval makes the Allocators reload a pool from the
-	// Store, while the others write to it, up to 50 times a second each when it
-	// looks exhausted. (Shorter makes the run slow: a reload reads every claim.)
+	// An Allocator that finds a pool full lists it, while the others write
+	// to it, before it says so.
 	allocs := []*ipam.Allocator{
-		concAllocator(t, cat, stA, 20*time.Millisecond),
-		concAllocator(t, cat, stB, 20*time.Millisecond),
+		concAllocator(t, cat, stA),
+		concAllocator(t, cat, stB),
 	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d (operations only; the interleaving is the scheduler's)", seed)
@@ -417,9 +431,10 @@ func checkConcurrentState(t *testing.T, ctx context.Context, st store.Store, wor
 }
 
 // TestConcurrentStaleIndex walks the stale-index paths one call at a time:
-// Allocators whose index predates the other's claims must skip the addresses
-// the Store refuses with ErrExists, find the free ones, report exhaustion only
-// when the Store is full, and see releases after a reload.
+// Allocators whose index predates the others' claims start from the Store's
+// cursor, skip the addresses the Store refuses with ErrExists, list the pool
+// once probing keeps failing, report exhaustion only when the Store is full,
+// and see releases made elsewhere.
 func TestConcurrentStaleIndex(t *testing.T) {
 	ctx := context.Background()
 	cat := concCatalog(t, `{"name":"tight","ranges":[{"subnet":"10.2.0.0/27"}]}`) // .2 to .30: 29 addresses
@@ -427,9 +442,7 @@ func TestConcurrentStaleIndex(t *testing.T) {
 	stA := &concCountingStore{Store: base}
 	stB := &concCountingStore{Store: base.Open()}
 	stC := &concCountingStore{Store: base.Open()}
-	a := concAllocator(t, cat, stA, time.Hour)
-	b := concAllocator(t, cat, stB, -1)              // never reloads
-	c := concAllocator(t, cat, stC, time.Nanosecond) // reloads whenever the pool looks full
+	a, b, c := concAllocator(t, cat, stA), concAllocator(t, cat, stB), concAllocator(t, cat, stC)
 
 	req := func(uid string) ipam.Request {
 		return ipam.Request{UID: uid, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"tight"}}}}
@@ -443,40 +456,44 @@ func TestConcurrentStaleIndex(t *testing.T) {
 		return res.IPs[0].Address.Addr(), nil
 	}
 	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 2, 0, byte(i)}) }
-
-	// B and C load the pool while it is empty.
-	for _, al := range []*ipam.Allocator{b, c} {
-		cs, err := al.Lookup(ctx, store.Owner{UID: "nobody"})
-		require.NoError(t, err)
-		require.Empty(t, cs)
-	}
-	// A takes .2 to .27.
-	for i := 2; i <= 27; i++ {
-		ip, err := alloc(a, fmt.Sprintf("a-%d", i))
-		require.NoError(t, err)
-		require.Equal(t, addr(i), ip)
+	want := func(al *ipam.Allocator, uid string, i int) {
+		t.Helper()
+		ip, err := alloc(al, uid)
+		require.NoError(t, err, uid)
+		require.Equal(t, addr(i), ip, uid)
 	}
 
-	// B believes the pool empty: every Create up to .27 finds the address taken.
-	ip, err := alloc(b, "b-1")
-	require.NoError(t, err)
-	require.Equal(t, addr(28), ip, "B must skip what the Store refuses and take the first free address")
-	require.EqualValues(t, 26, stB.exists.Load(), "ErrExists from the Store")
+	// B takes .2; C, new, starts after the Store's cursor and takes .3; A,
+	// new, takes .4 to .27. Nobody lists the pool for that.
+	want(b, "b-0", 2)
+	want(c, "c-0", 3)
+	for i := 4; i <= 27; i++ {
+		want(a, fmt.Sprintf("a-%d", i), i)
+	}
+	for _, st := range []*concCountingStore{stA, stB, stC} {
+		require.Zero(t, st.exists.Load())
+		require.Zero(t, st.lists.Load())
+	}
+
+	// B still believes .3 onwards free: its Creates fail, and after a few
+	// it lists the pool once and takes the first free address.
+	want(b, "b-1", 28)
+	require.EqualValues(t, 8, stB.exists.Load(), "ErrExists from the Store before B lists the pool")
+	require.EqualValues(t, 1, stB.lists.Load())
 
 	// A does not know .28 is taken now: its Create fails and it moves on.
-	ip, err = alloc(a, "a-29")
-	require.NoError(t, err)
-	require.Equal(t, addr(29), ip)
+	want(a, "a-29", 29)
 	require.EqualValues(t, 1, stA.exists.Load())
+	want(b, "b-2", 30)
 
-	ip, err = alloc(b, "b-2")
-	require.NoError(t, err)
-	require.Equal(t, addr(30), ip)
-
-	// Full. Every Allocator says so, whatever its index believed.
+	// Full. Every Allocator says so, whatever its index believed, and only
+	// after the Store agreed.
 	for name, al := range map[string]*ipam.Allocator{"A": a, "B": b, "C": c} {
 		_, err := alloc(al, "late-"+name)
 		require.ErrorIs(t, err, ipam.ErrExhausted, "allocator %s", name)
+	}
+	for name, st := range map[string]*concCountingStore{"A": stA, "B": stB, "C": stC} {
+		require.NotZero(t, st.lists.Load(), "allocator %s reported exhaustion without listing the pool", name)
 	}
 	cs, err := base.List(ctx, "tight")
 	require.NoError(t, err)
@@ -485,14 +502,12 @@ func TestConcurrentStaleIndex(t *testing.T) {
 		require.NotContains(t, cl.Owner.UID, "late-", "a failed Allocate left a claim")
 	}
 
-	// A releases .5. C reloads when the pool looks full and finds it; B never
-	// reloads, so for B the pool stays full (Options.ResyncInterval < 0).
+	// A releases .5: B, whose index says full, asks the Store and finds it;
+	// then C finds the pool full again.
 	require.NoError(t, a.Release(ctx, store.Owner{UID: "a-5"}))
-	_, err = alloc(b, "b-3")
+	want(b, "b-3", 5)
+	_, err = alloc(c, "c-1")
 	require.ErrorIs(t, err, ipam.ErrExhausted)
-	ip, err = alloc(c, "c-1")
-	require.NoError(t, err)
-	require.Equal(t, addr(5), ip)
 
 	// Every claim in the Store is the one its owner was given.
 	cs, err = base.List(ctx, "tight")
@@ -502,10 +517,11 @@ func TestConcurrentStaleIndex(t *testing.T) {
 	for _, cl := range cs {
 		owners[cl.IP] = cl.Owner.UID
 	}
+	require.Equal(t, "c-0", owners[addr(3)])
 	require.Equal(t, "b-1", owners[addr(28)])
 	require.Equal(t, "a-29", owners[addr(29)])
 	require.Equal(t, "b-2", owners[addr(30)])
-	require.Equal(t, "c-1", owners[addr(5)])
+	require.Equal(t, "b-3", owners[addr(5)])
 }
 
 // TestConcurrentNearlyFullPool races two Allocators on one memstore backend,
@@ -520,8 +536,8 @@ func TestConcurrentNearlyFullPool(t *testing.T) {
 	base := memstore.New()
 	sts := []*concCountingStore{{Store: base}, {Store: base.Open()}}
 	allocs := []*ipam.Allocator{
-		concAllocator(t, cat, sts[0], time.Nanosecond),
-		concAllocator(t, cat, sts[1], time.Nanosecond),
+		concAllocator(t, cat, sts[0]),
+		concAllocator(t, cat, sts[1]),
 	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -641,8 +657,8 @@ func TestConcurrentRequestedIP(t *testing.T) {
 	cat := concCatalog(t, `{"name":"req","ranges":[{"subnet":"10.4.0.0/24"}]}`)
 	base := memstore.New()
 	allocs := []*ipam.Allocator{
-		concAllocator(t, cat, base, 0),
-		concAllocator(t, cat, base.Open(), 0),
+		concAllocator(t, cat, base),
+		concAllocator(t, cat, base.Open()),
 	}
 	for i := range 200 {
 		ip := netip.AddrFrom4([4]byte{10, 4, 0, byte(2 + i)}) // a new address each time: neither index knows it
@@ -712,7 +728,7 @@ func threeAddrAllocators(t *testing.T) (*memstore.Store, *concHookStore, *ipam.A
 	cat := concCatalog(t, threeAddrPool)
 	base := memstore.New()
 	hs := &concHookStore{Store: base}
-	return base, hs, concAllocator(t, cat, hs, time.Nanosecond), concAllocator(t, cat, base.Open(), time.Nanosecond)
+	return base, hs, concAllocator(t, cat, hs), concAllocator(t, cat, base.Open())
 }
 
 // threeAddrPool has .2, .3 and .4.

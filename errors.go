@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"go4.org/netipx"
+
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -37,12 +39,35 @@ var (
 	// candidate was filtered out or exhausted.
 	ErrNoCandidates = errors.New("no pool can serve")
 	// ErrNotSupported is returned by Select for pool choices the library does
-	// not implement yet (the SpiderSubnet annotations).
+	// not implement yet (the SpiderSubnet annotations), and by Follow when the
+	// Store cannot watch.
 	ErrNotSupported = errors.New("not supported yet")
 	// ErrConflict is store.ErrConflict: a revision-checked write lost a race. It
-	// is returned by ReleaseIP when the claim changed under it.
+	// is returned by ReleaseIP when the claim changed under it, and by Allocate
+	// when allocations for one owner through several Allocators at once did
+	// not settle (try again).
 	ErrConflict = store.ErrConflict
+	// ErrOverlap is returned (inside an *OverlapError) by Allocate for a pool
+	// that shares addresses with another pool of the PoolSource: such a pool
+	// hands out no new address while the overlap lasts.
+	ErrOverlap = errors.New("pool overlaps another")
 )
+
+// OverlapError says that two pools can hand out the same addresses. It
+// unwraps to ErrOverlap.
+type OverlapError struct {
+	// Pool is the pool refused, Other the pool it overlaps.
+	Pool, Other string
+	// Addresses is the first range of addresses they share.
+	Addresses netipx.IPRange
+}
+
+func (e *OverlapError) Error() string {
+	return fmt.Sprintf("pool %q overlaps pool %q at %s", e.Pool, e.Other, e.Addresses)
+}
+
+// Unwrap returns ErrOverlap.
+func (e *OverlapError) Unwrap() error { return ErrOverlap }
 
 // FieldError is one problem with one field of some input: a pool, a range, a
 // label selector, a request. Validation joins several of them with errors.Join so

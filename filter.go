@@ -39,6 +39,9 @@ const (
 	ReasonExcluded          Reason = "fully-excluded"
 	ReasonReserved          Reason = "fully-reserved"
 	ReasonExhausted         Reason = "exhausted"
+	// ReasonOverlap is for a pool that shares addresses with another pool
+	// of the PoolSource (see ErrOverlap).
+	ReasonOverlap Reason = "overlap"
 )
 
 // Subject is what the filters test a pool against: one interface of one pod,

@@ -65,13 +65,11 @@ func TestModel(t *testing.T) {
 					continue
 				}
 				rng := rand.New(rand.NewPCG(seed, uint64(seq)))
-				cfg := modelConfig{resync: -1}
+				var cfg modelConfig
 				for range defs {
 					cfg.strategies = append(cfg.strategies, mode.strat(rng))
 				}
-				if rng.IntN(2) == 0 {
-					cfg.resync = time.Nanosecond // reload from the Store on every exhaustion
-				}
+				rng.IntN(2) // was the resync choice: keeps the seeds' sequences as they were
 				run := newModelRun(defs, cfg)
 				var done []modelOp
 				for i := range ops {
@@ -230,15 +228,16 @@ func modelOwnerIndex(o store.Owner) int {
 // modelConfig is what a sequence runs with besides its operations.
 type modelConfig struct {
 	strategies []ipam.Strategy // per pool, in modelPoolDefs order
-	resync     time.Duration   // Options.ResyncInterval
 }
 
 func (c modelConfig) String() string {
 	var b strings.Builder
 	for i, s := range c.strategies {
-		fmt.Fprintf(&b, "%s=%s ", modelPoolDefs[i].name, s)
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%s", modelPoolDefs[i].name, s)
 	}
-	fmt.Fprintf(&b, "resync=%s", c.resync)
 	return b.String()
 }
 
@@ -866,7 +865,7 @@ func newModelRun(defs []modelPoolDef, cfg modelConfig) *modelRun {
 }
 
 func (r *modelRun) restart() {
-	a, err := ipam.NewAllocator(ipam.Options{Pools: r.cat, Store: r.st, ResyncInterval: r.cfg.resync})
+	a, err := ipam.NewAllocator(ipam.Options{Pools: r.cat, Store: r.st})
 	if err != nil {
 		panic(err)
 	}

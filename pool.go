@@ -311,14 +311,41 @@ type rawRoute struct {
 // every problem at once, each naming the field and the value, and validates the
 // result (see Validate).
 func ParsePool(data []byte) (*Pool, error) {
-	p := new(Pool)
-	if err := p.UnmarshalJSON(data); err != nil {
+	p, fe, err := parsePool(data)
+	if err != nil {
 		return nil, err
 	}
-	if err := p.Validate(); err != nil {
+	// Validate what did parse too, so that one bad value does not hide the
+	// problems of the others; a field that did not parse is not reported
+	// again.
+	bad := make(map[string]bool, len(fe.errs))
+	for _, e := range fe.errs {
+		var f *FieldError
+		if errors.As(e, &f) {
+			bad[f.Field] = true
+		}
+	}
+	if verr := p.Validate(); verr != nil {
+		for _, e := range unjoin(verr) {
+			var f *FieldError
+			if errors.As(e, &f) && bad[f.Field] {
+				continue
+			}
+			fe.errs = append(fe.errs, e)
+		}
+	}
+	if err := fe.err(); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// unjoin returns the errors err joins, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // MustParsePool is like ParsePool but panics on error. For tests and literals.
@@ -334,9 +361,24 @@ func MustParsePool(s string) *Pool {
 // every field, reporting every unparsable value at once, but leaves the checks
 // that relate fields to each other to Validate. Unknown fields are ignored.
 func (p *Pool) UnmarshalJSON(data []byte) error {
+	q, fe, err := parsePool(data)
+	if err != nil {
+		return err
+	}
+	if err := fe.err(); err != nil {
+		return err
+	}
+	*p = *q
+	return nil
+}
+
+// parsePool parses data as UnmarshalJSON does. It returns an error only for
+// a document it cannot read at all; otherwise the pool, with every field that
+// parsed, and the problems of those that did not.
+func parsePool(data []byte) (*Pool, *fieldErrors, error) {
 	var raw rawPool
 	if err := decodeSpec(data, &raw); err != nil {
-		return err
+		return nil, nil, err
 	}
 	fe := &fieldErrors{}
 	if raw.Name != "" {
@@ -404,11 +446,7 @@ func (p *Pool) UnmarshalJSON(data []byte) error {
 			fe.add("strategy", s, `unknown strategy: want "round-robin" or "lowest-free"`)
 		}
 	}
-	if err := fe.err(); err != nil {
-		return err
-	}
-	*p = q
-	return nil
+	return &q, fe, nil
 }
 
 // MarshalJSON writes the pool in the form it was written in; single addresses
@@ -904,15 +942,20 @@ func ValidatePools(pools []*Pool) error {
 			errs = append(errs, &FieldError{Field: fmt.Sprintf("pools[%d]", i), Reason: "nil pool"})
 			continue
 		}
+		// A pool with problems of its own is still checked against the
+		// others as far as its ranges can be worked out, so that every
+		// problem is reported at once.
 		if err := p.Validate(); err != nil {
 			errs = append(errs, err)
-			continue
 		}
 		if j, dup := names[p.Name]; dup {
 			errs = append(errs, &FieldError{Object: p.object(), Field: "name", Value: p.Name, Reason: fmt.Sprintf("duplicate: also pools[%d]", j)})
 			continue
 		}
 		names[p.Name] = i
+		if _, err := p.RangeSet(); err != nil {
+			continue
+		}
 		usable := p.usable(nil)
 		for _, r := range usable.Ranges() {
 			spans = append(spans, span{r, i})

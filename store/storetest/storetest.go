@@ -82,6 +82,7 @@ var checks = []struct {
 	{"OwnedRace", testOwnedRace},
 	{"CreateExclusive", testCreateExclusive},
 	{"CreateExclusiveRace", testCreateExclusiveRace},
+	{"Watch", testWatch},
 }
 
 // claimTime is the time of the suite's claims: fixed, far from now (so a store
