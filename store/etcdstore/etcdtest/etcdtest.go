@@ -42,6 +42,10 @@ type Options struct {
 	TickMs, ElectionMs uint
 	// TLS, if set, makes the members serve clients over TLS only.
 	TLS *TLS
+	// CompactEvery, if set, makes the members compact their history every
+	// so often, keeping that much of it (etcd's periodic
+	// auto-compaction). Zero keeps every revision.
+	CompactEvery time.Duration
 }
 
 // TLS is how members serve their clients over TLS: PEM files of the server
@@ -120,6 +124,12 @@ func Start(opts Options) (*Cluster, error) {
 			cfg.Name, cfg.Dir = m.Name, filepath.Join(dir, m.Name)
 			cfg.UnsafeNoFsync = true // test data only
 			cfg.TickMs, cfg.ElectionMs = tick, election
+			// Snapshot often, so that a restart replays a short log.
+			cfg.SnapshotCount, cfg.SnapshotCatchUpEntries = 2000, 1000
+			if opts.CompactEvery > 0 {
+				cfg.AutoCompactionMode = "periodic"
+				cfg.AutoCompactionRetention = opts.CompactEvery.String()
+			}
 			cfg.Logger = "zap"
 			cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 			cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{m.clientURL}, []url.URL{m.clientURL}
@@ -295,9 +305,12 @@ func (m *Member) IsLeader() bool {
 // finishing its requests: the nearest thing to a crash in one process. Its
 // data stays for Restart. Killing a stopped member does nothing.
 //
-// Kill returns once the server has stopped; closing its listeners goes on
-// in the background (its peer server waits up to a second for its peers to
-// hang up), and Restart waits for their ports.
+// Kill returns once the server has stopped and its ports are closed, so
+// that Restart can have them again at once. Its connections are closed in
+// the background: the server waits up to a second for its peers to hang up,
+// and up to its request timeout (about 5 s) for streams such as watches to
+// end; meanwhile, what clients send on them fails, as the server has
+// stopped.
 func (m *Member) Kill() {
 	m.mu.Lock()
 	e := m.e
@@ -307,6 +320,12 @@ func (m *Member) Kill() {
 		return
 	}
 	e.Server.HardStop()
+	for _, l := range e.Clients {
+		l.Close()
+	}
+	for _, p := range e.Peers {
+		p.Listener.Close()
+	}
 	m.closing.Go(e.Close)
 }
 

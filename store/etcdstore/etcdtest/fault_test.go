@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,7 +45,11 @@ var (
 // trio returns the shared three-member cluster with every member running.
 func trio(t *testing.T) *etcdtest.Cluster {
 	t.Helper()
-	trioOnce.Do(func() { trioC, trioErr = etcdtest.Start(etcdtest.Options{Members: 3}) })
+	trioOnce.Do(func() {
+		// Compacting often keeps restarts fast, and makes watches that
+		// resume after a stop find their history gone now and then.
+		trioC, trioErr = etcdtest.Start(etcdtest.Options{Members: 3, CompactEvery: 2 * time.Second})
+	})
 	if trioErr != nil {
 		t.Fatalf("starting a 3-member cluster: %v", trioErr)
 	}
@@ -88,6 +93,8 @@ type workerConfig struct {
 	Prefix    string
 	Name      string
 	Seed      uint64
+	// Follow runs the Allocator's Follow (etcdstore's Watch) beside it.
+	Follow bool
 }
 
 // faultAllocator returns an Allocator over etcdstore for cfg.
@@ -104,7 +111,7 @@ func faultAllocator(cfg workerConfig) (*ipam.Allocator, *etcdstore.Store, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: s, ResyncInterval: 50 * time.Millisecond})
+	a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: s})
 	return a, s, err
 }
 
@@ -119,6 +126,17 @@ func runWorker(cfg workerConfig, stop <-chan struct{}, record func(ledgerEntry))
 		return err
 	}
 	defer s.Close()
+	if cfg.Follow {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Follow(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				fmt.Fprintf(os.Stderr, "worker %s: Follow: %v\n", cfg.Name, err)
+			}
+		}()
+	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0))
 	var held, dirty []string // owners holding an acknowledged address; owners to release
 	var n int
@@ -180,6 +198,7 @@ const (
 	envEndpoints = "ETCDTEST_ENDPOINTS"
 	envPrefix    = "ETCDTEST_PREFIX"
 	envSeed      = "ETCDTEST_SEED"
+	envFollow    = "ETCDTEST_FOLLOW"
 	ledgerMark   = "LEDGER "
 )
 
@@ -191,7 +210,9 @@ func TestFaultChild(t *testing.T) {
 		t.Skip("run by TestFaults")
 	}
 	seed, _ := strconv.ParseUint(os.Getenv(envSeed), 10, 64)
-	cfg := workerConfig{Endpoints: strings.Split(os.Getenv(envEndpoints), ","), Prefix: os.Getenv(envPrefix), Name: name, Seed: seed}
+	follow, _ := strconv.ParseBool(os.Getenv(envFollow))
+	cfg := workerConfig{Endpoints: strings.Split(os.Getenv(envEndpoints), ","), Prefix: os.Getenv(envPrefix),
+		Name: name, Seed: seed, Follow: follow}
 	stop := make(chan struct{})
 	go func() {
 		io.Copy(io.Discard, os.Stdin)
@@ -220,7 +241,7 @@ func startChild(t *testing.T, cfg workerConfig) (wait func() []ledgerEntry) {
 	}
 	cmd := exec.Command(exe, "-test.run=^TestFaultChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), childEnv+"="+cfg.Name, envEndpoints+"="+strings.Join(cfg.Endpoints, ","),
-		envPrefix+"="+cfg.Prefix, envSeed+"="+strconv.FormatUint(cfg.Seed, 10))
+		envPrefix+"="+cfg.Prefix, envSeed+"="+strconv.FormatUint(cfg.Seed, 10), envFollow+"="+strconv.FormatBool(cfg.Follow))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +314,8 @@ func TestFaults(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range 6 {
-		cfg := workerConfig{Endpoints: c.Endpoints(), Prefix: prefix, Name: fmt.Sprintf("in%d", i), Seed: seed + uint64(i)}
+		cfg := workerConfig{Endpoints: c.Endpoints(), Prefix: prefix, Name: fmt.Sprintf("in%d", i), Seed: seed + uint64(i),
+			Follow: i%2 == 0}
 		wg.Go(func() {
 			if err := runWorker(cfg, stop, record); err != nil {
 				t.Errorf("worker %s: %v", cfg.Name, err)
@@ -303,13 +325,14 @@ func TestFaults(t *testing.T) {
 	var children []func() []ledgerEntry
 	for i := range 2 {
 		children = append(children, startChild(t, workerConfig{Endpoints: c.Endpoints(), Prefix: prefix,
-			Name: fmt.Sprintf("proc%d", i), Seed: seed + 100 + uint64(i)}))
+			Name: fmt.Sprintf("proc%d", i), Seed: seed + 100 + uint64(i), Follow: i == 0}))
 	}
 
 	pause := func() {
 		time.Sleep(*faultPause/2 + rand.N(*faultPause))
 	}
 	var leaders int
+	var slowest time.Duration
 	for cycle := range *faultCycles {
 		pause()
 		victim := c.Members[rng.IntN(len(c.Members))]
@@ -323,10 +346,13 @@ func TestFaults(t *testing.T) {
 		}
 		victim.Kill()
 		pause()
+		start := time.Now()
 		if err := victim.Restart(); err != nil {
 			t.Fatalf("cycle %d: restarting %s: %v", cycle, victim.Name, err)
 		}
+		slowest = max(slowest, time.Since(start))
 	}
+	t.Logf("slowest restart %s", slowest)
 	pause()
 
 	t.Logf("%s: faults done", time.Now().Format(time.StampMilli))
@@ -397,7 +423,13 @@ func quorumLost(t *testing.T, c *etcdtest.Cluster, prefix string) {
 			start := time.Now()
 			err := call.f(ctx)
 			took := time.Since(start)
-			if !errors.Is(err, etcdstore.ErrUnavailable) {
+			switch {
+			case errors.Is(err, etcdstore.ErrUnavailable):
+			case call.names == "" && errors.Is(err, context.DeadlineExceeded):
+				// An Allocator may spend its deadline on a read it can
+				// do without (a cursor) and then report its context's
+				// error.
+			default:
 				t.Errorf("%s without quorum: %v, want an error wrapping etcdstore.ErrUnavailable", call.name, err)
 			}
 			if took > limit+slack {
@@ -499,8 +531,7 @@ func checkLedger(t *testing.T, c *etcdtest.Cluster, prefix string, ledger []ledg
 	// acknowledged has none.
 	s := open(t, c, prefix)
 	ctx := t.Context()
-	var mu sync.Mutex
-	var lost, leaked int
+	var lost, leaked atomic.Int64
 	var wg sync.WaitGroup
 	next := make(chan string)
 	for range 8 {
@@ -516,21 +547,16 @@ func checkLedger(t *testing.T, c *etcdtest.Cluster, prefix string, ledger []ledg
 				case f.alloc != nil && f.releaseAt.IsZero():
 					a := f.alloc
 					if !slices.ContainsFunc(got, func(c store.Claim) bool { return c.Pool == a.Pool && c.IP.String() == a.IP }) {
-						mu.Lock()
-						lost++
-						mu.Unlock()
+						lost.Add(1)
 						t.Errorf("owner %s was acknowledged %s/%s at %s, but the Store has %v", owner, a.Pool, a.IP,
 							a.End.Format(time.StampMicro), got)
 					}
-				case f.released && f.alloc != nil && len(got) > 0:
-					t.Errorf("owner %s's release of %s/%s was acknowledged, but the Store still has %v",
-						owner, f.alloc.Pool, f.alloc.IP, got)
 				case f.released && len(got) > 0:
-					// An allocation that failed after its claim was
-					// written, and a release that did not find it.
-					mu.Lock()
-					leaked++
-					mu.Unlock()
+					// Also for an owner whose allocation failed after
+					// its claim was written: its release must find it.
+					leaked.Add(1)
+					t.Errorf("owner %s's release was acknowledged at %s, but the Store still has %v",
+						owner, f.releaseAt.Format(time.StampMicro), got)
 				}
 			}
 		})
@@ -540,12 +566,6 @@ func checkLedger(t *testing.T, c *etcdtest.Cluster, prefix string, ledger []ledg
 	}
 	close(next)
 	wg.Wait()
-	if leaked > 0 {
-		// The Allocator releases what its own memory says the owner
-		// holds, which misses a claim whose create timed out; the
-		// Allocator that asks the Store (Owned) does not.
-		t.Logf("%d owners whose allocation failed kept a claim after a release that returned nil", leaked)
-	}
 
 	// Release every owner, as a new process would, and find nothing left:
 	// neither claims nor owner records.
@@ -578,5 +598,6 @@ func checkLedger(t *testing.T, c *etcdtest.Cluster, prefix string, ledger []ledg
 	if err != nil || resp.Count != 0 {
 		t.Errorf("owner records left after every owner released: %v, %v", resp, err)
 	}
-	t.Logf("%d addresses held twice, %d acknowledged claims lost, %d owners checked", dups, lost, len(owners))
+	t.Logf("%d addresses held twice, %d acknowledged claims lost, %d claims kept after their release; %d owners checked",
+		dups, lost.Load(), leaked.Load(), len(owners))
 }
