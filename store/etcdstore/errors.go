@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -58,15 +59,26 @@ func (e *CorruptError) Unwrap() error { return ErrCorrupt }
 // not be reached or did not answer in time (see ErrUnavailable), the cause
 // as it is otherwise. detail is the error gRPC reported before the etcd
 // client rewrote it (see detailKey), or nil: when it says more than err, as
-// when a TLS handshake failed, it is added to the message.
-func callError(err, detail error) error {
+// when a TLS handshake failed, it is added to the message, and so is note
+// (see certNote) if err is of an unreachable cluster.
+func callError(err, detail error, note string) error {
+	var details []string
 	if detail != nil && detail.Error() != err.Error() {
-		err = &detailedError{err: err, detail: detail.Error()}
+		details = append(details, detail.Error())
 	}
-	if unavailable(err) {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if !unavailable(err) {
+		if len(details) > 0 {
+			err = &detailedError{err: err, detail: details[0]}
+		}
+		return err
 	}
-	return err
+	if note != "" {
+		details = append(details, note)
+	}
+	if len(details) > 0 {
+		err = &detailedError{err: err, detail: strings.Join(details, "; ")}
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // unavailable reports whether err says that the

@@ -42,6 +42,7 @@ type Store struct {
 	pageSize int
 	log      *slog.Logger
 	recent   recent
+	note     certNote
 }
 
 // keepAlive is how often an idle connection is probed (etcd refuses probes
@@ -76,6 +77,9 @@ func New(opts Options) (*Store, error) {
 	tc, err := opts.tlsConfig()
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: %w", err)
+	}
+	if tc != nil {
+		s.note.watch(tc)
 	}
 	dial := cmpOr(opts.DialTimeout, DefaultDialTimeout)
 	reconnect := backoff.DefaultConfig
@@ -146,7 +150,7 @@ func keepDetail(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 // that is done already fails without a request.
 func (s *Store) do(ctx context.Context, f func(ctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
-		return callError(err, nil)
+		return callError(err, nil, "")
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -155,7 +159,7 @@ func (s *Store) do(ctx context.Context, f func(ctx context.Context) error) error
 	}
 	slot := new(detailSlot)
 	if err := f(context.WithValue(ctx, detailKey{}, slot)); err != nil {
-		return callError(err, slot.err)
+		return callError(err, slot.err, s.note.get())
 	}
 	return nil
 }

@@ -151,7 +151,7 @@ func TestCallError(t *testing.T) {
 		{status.Error(codes.Unauthenticated, "bad token"), false},
 		{errors.New("other"), false},
 	} {
-		got := callError(tc.err, nil)
+		got := callError(tc.err, nil, "")
 		if errors.Is(got, ErrUnavailable) != tc.unavailable {
 			t.Errorf("callError(%v) = %v; wraps ErrUnavailable: %t, want %t", tc.err, got, !tc.unavailable, tc.unavailable)
 		}
@@ -160,9 +160,9 @@ func TestCallError(t *testing.T) {
 		}
 	}
 	detail := status.Error(codes.DeadlineExceeded, "latest balancer error: tls: bad certificate")
-	got := callError(context.DeadlineExceeded, detail)
+	got := callError(context.DeadlineExceeded, detail, "the member asks for a client certificate")
 	if !errors.Is(got, ErrUnavailable) || !errors.Is(got, context.DeadlineExceeded) ||
-		!strings.Contains(got.Error(), "tls: bad certificate") {
+		!strings.Contains(got.Error(), "tls: bad certificate") || !strings.Contains(got.Error(), "asks for a client certificate") {
 		t.Errorf("callError with detail = %v, want ErrUnavailable, context.DeadlineExceeded and the detail", got)
 	}
 }
