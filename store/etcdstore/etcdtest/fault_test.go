@@ -43,7 +43,7 @@ var (
 )
 
 // trio returns the shared three-member cluster with every member running.
-func trio(t *testing.T) *etcdtest.Cluster {
+func trio(t testing.TB) *etcdtest.Cluster {
 	t.Helper()
 	trioOnce.Do(func() {
 		// Compacting often keeps restarts fast, and makes watches that
