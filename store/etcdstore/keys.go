@@ -10,17 +10,7 @@ import (
 	"github.com/ipamkit/ipam/store"
 )
 
-// The key layout, under a Store's prefix P (which ends in "/"):
-//
-//	P claims/<pool>/<family>/<address>                                   the claim (store.Claim as JSON)
-//	P cursors/<pool>                                                     the pool's cursor (the address as text)
-//	P owners/<kind>/<id>/<family>/<interface>/<pool>/<address>           a copy of the claim, one per identity of its owner
-//
-// <family> is "4" or "6"; <address> is the address in fixed-width lower-case
-// hex (8 digits for IPv4, 32 for IPv6), so that key order is address order
-// within a family; <kind> is store.IdentityKind's String ("uid", "name",
-// "container"); <pool>, <id> and <interface> are escaped (see escape), so that
-// none of them contains "/", and an empty interface is an empty segment.
+// The key layout is described in the package documentation.
 const (
 	claimsDir  = "claims/"
 	cursorsDir = "cursors/"

@@ -311,3 +311,40 @@ func storeCalls(s *etcdstore.Store) []storeCall {
 		{"SetCursor", "cursor blue to 10.9.0.1", func(ctx context.Context) error { return s.SetCursor(ctx, "blue", ip) }},
 	}
 }
+
+// The keys are those the package documentation lays out.
+func TestKeyLayout(t *testing.T) {
+	prefix := newPrefix(t)
+	s := open(t, single, prefix)
+	ctx := t.Context()
+	c := store.Claim{Pool: "blue", IP: netip.MustParseAddr("10.0.0.7"), Time: watchTime,
+		Owner: store.Owner{Namespace: "ns", Name: "db-0", UID: "1234", ContainerID: "abc", Interface: "eth0", Stable: true}}
+	if _, err := s.CreateExclusive(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	v6 := store.Claim{Pool: "green/x", IP: netip.MustParseAddr("2001:db8::1"), Time: watchTime,
+		Owner: store.Owner{ContainerID: "def"}}
+	if _, err := s.Create(ctx, v6); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rawClient(t, single.Endpoints()).Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, kv := range resp.Kvs {
+		got = append(got, strings.TrimPrefix(string(kv.Key), prefix))
+	}
+	want := []string{
+		"claims/blue/4/0a000007",
+		"claims/green%2Fx/6/20010db8000000000000000000000001",
+		"cursors/blue",
+		"owners/container/abc/4/eth0/blue/0a000007",
+		"owners/container/def/6//green%2Fx/20010db8000000000000000000000001",
+		"owners/name/ns%2Fdb-0/4/eth0/blue/0a000007",
+		"owners/uid/1234/4/eth0/blue/0a000007",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("keys under the prefix (-want +got):\n%s", diff)
+	}
+}
