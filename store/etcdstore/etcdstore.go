@@ -414,8 +414,8 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor, exclusive boo
 	}
 	if !resp.Succeeded {
 		if exclusive {
-			if held := s.held(c, resp); len(held) > 0 {
-				return store.Claim{}, claimError("create", c.Pool, c.IP, key, &store.HeldError{Claim: c, Held: held})
+			if err := s.held(c, resp); err != nil {
+				return store.Claim{}, claimError("create", c.Pool, c.IP, key, err)
 			}
 		}
 		return store.Claim{}, claimError("create", c.Pool, c.IP, key, store.ErrExists)
@@ -425,15 +425,18 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor, exclusive boo
 	return c, nil
 }
 
-// held returns the claims that the Else branch of a failed CreateExclusive
-// of c read from its owner's records and that stand in its way.
-func (s *Store) held(c store.Claim, resp *clientv3.TxnResponse) []store.Claim {
+// held returns the error of a CreateExclusive of c that failed, from the
+// owner records its Else branch read: a *store.HeldError with the claims
+// that stand in its way, an error wrapping ErrCorrupt if only records it
+// cannot read do, or nil if there are none (the address is taken).
+func (s *Store) held(c store.Claim, resp *clientv3.TxnResponse) error {
 	var held []store.Claim
+	var corrupt []error
 	for _, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().GetKvs() {
 			h, err := s.decodeOwnerKV(kv)
 			if err != nil {
-				s.log.Warn("etcdstore: unreadable owner record", "err", err)
+				corrupt = append(corrupt, err)
 				continue
 			}
 			if store.Conflicts(c, h) {
@@ -441,7 +444,10 @@ func (s *Store) held(c store.Claim, resp *clientv3.TxnResponse) []store.Claim {
 			}
 		}
 	}
-	return held
+	if len(held) > 0 {
+		return &store.HeldError{Claim: c, Held: held}
+	}
+	return errors.Join(corrupt...)
 }
 
 // Update replaces the claim for (c.Pool, c.IP) with c if its current revision

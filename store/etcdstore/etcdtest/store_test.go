@@ -348,3 +348,21 @@ func TestKeyLayout(t *testing.T) {
 		t.Errorf("keys under the prefix (-want +got):\n%s", diff)
 	}
 }
+
+// An owner record that cannot be read stands in the way of CreateExclusive
+// as what it is, not as a taken address.
+func TestCreateExclusiveCorruptOwnerRecord(t *testing.T) {
+	prefix := newPrefix(t)
+	s := open(t, single, prefix)
+	key := prefix + "owners/uid/uid-a/4/eth0/green/0a000009"
+	if _, err := rawClient(t, single.Endpoints()).Put(t.Context(), key, "junk"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.CreateExclusive(t.Context(), claimOf("blue", "10.0.0.1", "a"))
+	if !errors.Is(err, store.ErrCorrupt) || errors.Is(err, store.ErrExists) || !strings.Contains(err.Error(), key) {
+		t.Errorf("CreateExclusive with a corrupt owner record in the way: %v, want store.ErrCorrupt naming %q", err, key)
+	}
+	if _, err := s.Get(t.Context(), "blue", netip.MustParseAddr("10.0.0.1")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get after the refused CreateExclusive: %v, want store.ErrNotFound", err)
+	}
+}
