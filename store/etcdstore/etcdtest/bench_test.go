@@ -17,6 +17,7 @@ import (
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/etcdstore"
+	"github.com/ipamkit/ipam/store/etcdstore/etcdtest"
 )
 
 // counting is an etcdstore.Store that counts the conflicts its writes meet:
@@ -97,6 +98,10 @@ var claimValue = `{"pool":"bench","ip":"10.0.0.1","owner":{"namespace":"default"
 	`"uid":"9f2c1a4e-4b7d-4c1e-9a55-0c3c2f6e7a10","containerID":"` + strings.Repeat("c", 64) +
 	`","interface":"eth0"},"time":"2024-05-01T12:34:56.789Z"}`
 
+// benchCluster is the cluster of the benchmarks: three members with etcd's
+// default ticks, as a cluster in production has them.
+var benchCluster = &sharedCluster{opts: etcdtest.Options{Members: 3, TickMs: 100, ElectionMs: 1000, CompactEvery: 10 * time.Second}}
+
 // BenchmarkEtcd compares, on one 3-member cluster in one run, the raw
 // create-if-absent transaction on disjoint keys with allocations through
 // the public ipam API over etcdstore, by 1 and 8 clients or Allocators,
@@ -105,10 +110,10 @@ var claimValue = `{"pool":"bench","ip":"10.0.0.1","owner":{"namespace":"default"
 // counts the Store writes that found the address taken or the revision
 // stale, per successful allocation.
 func BenchmarkEtcd(b *testing.B) {
-	c := trio(b)
+	c := benchCluster.get(b)
 	for _, n := range []int{1, 8} {
 		b.Run(fmt.Sprintf("raw-txn/disjoint/clients=%d", n), func(b *testing.B) {
-			prefix := newPrefix(b)
+			prefix := benchPrefix(b, c.Endpoints())
 			clis := make([]*clientv3.Client, n)
 			for i := range clis {
 				clis[i] = rawClient(b, c.Endpoints())
@@ -134,6 +139,19 @@ func BenchmarkEtcd(b *testing.B) {
 	}
 }
 
+// benchPrefix returns a new prefix whose keys are deleted when b ends, so
+// that each benchmark finds the cluster as small as the first did.
+func benchPrefix(b *testing.B, endpoints []string) string {
+	prefix := newPrefix(b)
+	cli := rawClient(b, endpoints)
+	b.Cleanup(func() {
+		if _, err := cli.Delete(context.Background(), prefix, clientv3.WithPrefix()); err != nil {
+			b.Errorf("deleting the keys under %s: %v", prefix, err)
+		}
+	})
+	return prefix
+}
+
 // rawCreate creates key with a claim-sized value if it is absent, with one
 // transaction, as etcdstore's Create does without its owner records.
 func rawCreate(cli *clientv3.Client, key string) error {
@@ -157,7 +175,7 @@ func rawCreate(cli *clientv3.Client, key string) error {
 // rates, and alloc/raw-% is their ratio, which the etcdstore target puts at
 // 70 % or more.
 func BenchmarkEtcdInterleaved(b *testing.B) {
-	c := trio(b)
+	c := benchCluster.get(b)
 	for _, n := range []int{1, 8} {
 		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
 			as, _ := benchAllocators(b, c.Endpoints(), n, false)
@@ -165,7 +183,7 @@ func BenchmarkEtcdInterleaved(b *testing.B) {
 			for i := range clis {
 				clis[i] = rawClient(b, c.Endpoints())
 			}
-			prefix := newPrefix(b)
+			prefix := benchPrefix(b, c.Endpoints())
 			var next, rawNs, allocNs atomic.Int64
 			b.ReportAllocs()
 			parallel(b, n, func(g int) error {
@@ -222,7 +240,7 @@ func benchAllocateOne(a *ipam.Allocator, pool string, n int64) error {
 // of its own, on n pools of 65,536 addresses, p0 to p<n-1>, under a new
 // prefix; and the count of the conflicts their writes meet.
 func benchAllocators(b *testing.B, endpoints []string, n int, follow bool) ([]*ipam.Allocator, *atomic.Int64) {
-	prefix := newPrefix(b)
+	prefix := benchPrefix(b, endpoints)
 	var pools []*ipam.Pool
 	for i := range n {
 		pools = append(pools, ipam.MustParsePool(fmt.Sprintf(`{"name": "p%d", "ranges": [{"subnet": "10.%d.0.0/16"}]}`, i, 100+i)))

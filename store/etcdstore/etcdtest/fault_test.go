@@ -34,37 +34,15 @@ var (
 		"how long TestFaults keeps a member stopped, and then running, per cycle (each time ±50%)")
 )
 
-// The shared three-member cluster, started by the first test that asks for
-// it and closed by TestMain.
-var (
-	trioOnce sync.Once
-	trioC    *etcdtest.Cluster
-	trioErr  error
-)
-
-// trio returns the shared three-member cluster with every member running.
+// trio returns the three-member cluster of the fault tests, with every
+// member running: fast ticks, so that elections after a kill are quick,
+// and history compacted every 2 s, which keeps restarts fast and makes
+// watches that resume after a kill find their history gone now and then.
 func trio(t testing.TB) *etcdtest.Cluster {
-	t.Helper()
-	trioOnce.Do(func() {
-		// Compacting often keeps restarts fast, and makes watches that
-		// resume after a stop find their history gone now and then.
-		trioC, trioErr = etcdtest.Start(etcdtest.Options{Members: 3, CompactEvery: 2 * time.Second})
-	})
-	if trioErr != nil {
-		t.Fatalf("starting a 3-member cluster: %v", trioErr)
-	}
-	for _, m := range trioC.Members {
-		if !m.Running() {
-			if err := m.Restart(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if _, err := trioC.WaitLeader(10 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	return trioC
+	return trioCluster.get(t)
 }
+
+var trioCluster = &sharedCluster{opts: etcdtest.Options{Members: 3, CompactEvery: 2 * time.Second}}
 
 // faultPools are the pools the Allocators of TestFaults share.
 var faultPools = []string{

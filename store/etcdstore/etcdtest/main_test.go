@@ -3,8 +3,10 @@ package etcdtest_test
 import (
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ipamkit/ipam/store/etcdstore"
 	"github.com/ipamkit/ipam/store/etcdstore/etcdtest"
@@ -28,7 +30,45 @@ func run(m *testing.M) int {
 	}
 	defer c.Close()
 	single = c
+	defer trioCluster.close()
+	defer benchCluster.close()
 	return m.Run()
+}
+
+// sharedCluster is a cluster that the first test to ask for it starts,
+// and TestMain closes.
+type sharedCluster struct {
+	opts etcdtest.Options
+	once sync.Once
+	c    *etcdtest.Cluster
+	err  error
+}
+
+// get returns the cluster, started if need be, with every member running
+// and a leader.
+func (s *sharedCluster) get(t testing.TB) *etcdtest.Cluster {
+	t.Helper()
+	s.once.Do(func() { s.c, s.err = etcdtest.Start(s.opts) })
+	if s.err != nil {
+		t.Fatalf("starting a %d-member cluster: %v", s.opts.Members, s.err)
+	}
+	for _, m := range s.c.Members {
+		if !m.Running() {
+			if err := m.Restart(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := s.c.WaitLeader(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return s.c
+}
+
+func (s *sharedCluster) close() {
+	if s.c != nil {
+		s.c.Close()
+	}
 }
 
 // prefixes numbers the key prefixes handed out by newPrefix.
