@@ -3,7 +3,6 @@ package etcdtest_test
 import (
 	"flag"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/ipamkit/ipam/ipamtest"
@@ -22,7 +21,6 @@ func TestSimOverEtcd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a few seconds against etcd")
 	}
-	var mu sync.Mutex
 	var stats ipamtest.SimStats
 	for seed := range uint64(*simSeeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -40,8 +38,6 @@ func TestSimOverEtcd(t *testing.T) {
 				t.Fatalf("seed %d: settling: %v", seed, err)
 			}
 			st := s.Stats()
-			mu.Lock()
-			defer mu.Unlock()
 			stats.Allocations += st.Allocations
 			stats.Exhausted += st.Exhausted
 			stats.Released += st.Released
