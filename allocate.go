@@ -47,8 +47,10 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (Result, error) {
 // the addresses this call claimed are released before the error returns, and
 // the addresses the owner held before the call are kept. Requested addresses
 // are placed before anything is claimed, and claimed before any dynamic
-// address. ErrExhausted is reported only once a List of the pool, read during
-// the call, agrees.
+// address. ErrExhausted is reported only once the Store agrees: a List of the
+// pool read during the call, or, from a Store with pool versions
+// (store.PoolVersioner), a version unchanged since the List the Allocator
+// knows the pool from.
 func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) (Result, error) {
 	if ctx == nil {
 		return Result{}, errNilContext
@@ -324,12 +326,16 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 				return unavailable(t, idx, want)
 			}
 			if !listed {
-				// Full as far as the index knows: ask the Store.
+				// Full as far as the index knows: ask the Store, which
+				// confirms it at once if nothing changed since the
+				// index was filled.
 				listed = true
-				if err := a.fill(ctx, idx); err != nil {
-					return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
+				if !a.unchanged(ctx, idx) {
+					if err := a.fill(ctx, idx); err != nil {
+						return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
+					}
+					continue
 				}
-				continue
 			}
 			if !t.checked {
 				// The owner may hold one of the addresses: a repeat
@@ -357,6 +363,21 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 		switch {
 		case err == nil:
 			idx.created(ip, at)
+			if gone, outside := a.redefinedWithout(ctx, idx, c); gone || outside {
+				// The pool changed while the address was being claimed,
+				// and no longer has it (a shrink gave it back): give the
+				// claim back and try again in the pool as it is now.
+				if err := a.deleteAt(context.WithoutCancel(ctx), idx, c.IP, c.Revision, time.Time{}); err != nil {
+					return &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err, Reason: "store: " + err.Error()}
+				}
+				switch {
+				case gone:
+					return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrNotFound, Reason: "no such pool any more"}
+				case want.IsValid():
+					return unavailable(t, idx, want)
+				}
+				continue
+			}
 			if exclusive {
 				t.setServed(idx, c)
 				if at.lay == t.lay {
@@ -405,6 +426,28 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			return &AllocationError{Interface: t.iface, Pool: idx.name, IP: ip, Err: err, Reason: "store: " + err.Error()}
 		}
 	}
+}
+
+// redefinedWithout reports whether the PoolSource no longer has idx's pool,
+// or has redefined it since c's address was reserved so that it no longer
+// hands that address out. The index then takes the new definition. A Catalog
+// never changes.
+func (a *Allocator) redefinedWithout(ctx context.Context, idx *poolIndex, c store.Claim) (gone, outside bool) {
+	if a.static {
+		return false, false
+	}
+	p, ok := a.source.Pool(idx.name)
+	switch {
+	case !ok:
+		return true, false
+	case p == idx.def.Load().pool:
+		return false, false
+	}
+	if _, err := a.index(ctx, idx.name); err != nil {
+		return true, false
+	}
+	_, allocatable := idx.def.Load().layout.ordinal(c.IP)
+	return false, !allocatable
 }
 
 // unavailable is the error for a requested address someone else holds.

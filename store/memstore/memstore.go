@@ -22,6 +22,7 @@ var (
 	_ store.Cursors          = (*Store)(nil)
 	_ store.CursorCreator    = (*Store)(nil)
 	_ store.ExclusiveCreator = (*Store)(nil)
+	_ store.PoolVersioner    = (*Store)(nil)
 )
 
 // Store is an in-memory store.Store that also implements store.Cursors and
@@ -161,6 +162,7 @@ func (s *Store) insert(p *poolClaims, c store.Claim, cursor bool) (store.Claim, 
 	}
 	c.Revision = s.b.rev.Add(1)
 	*r = record{owner: c.Owner, time: c.Time, rev: c.Revision}
+	p.version++
 	if cursor {
 		p.cursor = c.IP
 	}
@@ -265,6 +267,7 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 	old := r.owner
 	c.Revision = s.b.rev.Add(1)
 	*r = record{owner: c.Owner, time: c.Time, rev: c.Revision}
+	p.version++
 	if len(s.b.watch.list) > 0 {
 		s.b.watch.publish(store.Event{Claim: c})
 	}
@@ -310,10 +313,27 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 	}
 	s.b.rev.Add(1)
 	p.remove(ip)
+	p.version++
 	p.mu.Unlock()
 	s.b.watch.mu.RUnlock()
 	s.b.owners.remove(old, p, ip)
 	return nil
+}
+
+// PoolVersion returns the number of changes made to pool's claims so far
+// (zero for a pool never written): it changes with every Create, Update and
+// Delete of the pool.
+func (s *Store) PoolVersion(ctx context.Context, pool string) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memstore: pool version %s: %w", pool, err)
+	}
+	p := s.b.pool(pool)
+	if p == nil {
+		return 0, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version, nil
 }
 
 // Cursor returns the last address recorded for pool with SetCursor or

@@ -129,6 +129,9 @@
 //     one claim in the order made; after many writers on both instances its
 //     view equals List; it returns an error wrapping context.Canceled soon
 //     after its context is canceled.
+//   - PoolVersion: only if the Store implements store.PoolVersioner: the
+//     version of a pool stays the same without writes and changes with a
+//     Create, an Update and a Delete made through another instance.
 //
 // RunConfig runs the suite for a Store that keeps less than a whole Owner:
 // with Config.ContainerOwners (host-local's format), the suite's owners have

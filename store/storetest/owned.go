@@ -571,3 +571,48 @@ func testWatch(t *testing.T, x *suite) {
 		t.Fatal("Watch did not return within 10s of its context being canceled")
 	}
 }
+
+func testPoolVersion(t *testing.T, x *suite) {
+	s1, s2 := x.open(), x.open()
+	pv, ok := s1.(store.PoolVersioner)
+	if !ok {
+		t.Skip("the Store does not implement store.PoolVersioner")
+	}
+	ctx := t.Context()
+	version := func() uint64 {
+		t.Helper()
+		v, err := pv.PoolVersion(ctx, "blue")
+		if err != nil {
+			t.Fatalf("PoolVersion: %v", err)
+		}
+		return v
+	}
+	changed := func(what string, before uint64) uint64 {
+		t.Helper()
+		v := version()
+		if v == before {
+			t.Fatalf("PoolVersion is %d before and after %s through another instance, want a change", v, what)
+		}
+		return v
+	}
+	v := version()
+	if again := version(); again != v {
+		t.Fatalf("PoolVersion changed from %d to %d without a write", v, again)
+	}
+	c := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "a"))
+	v = changed("a Create", v)
+	moved := c
+	moved.Owner = x.owner("b")
+	moved, err := s2.Update(ctx, moved, c.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = changed("an Update", v)
+	if err := s2.Delete(ctx, moved.Pool, moved.IP, moved.Revision); err != nil {
+		t.Fatal(err)
+	}
+	v = changed("a Delete", v)
+	if again := version(); again != v {
+		t.Fatalf("PoolVersion changed from %d to %d without a write", v, again)
+	}
+}

@@ -83,6 +83,7 @@ var checks = []struct {
 	{"CreateExclusive", testCreateExclusive},
 	{"CreateExclusiveRace", testCreateExclusiveRace},
 	{"Watch", testWatch},
+	{"PoolVersion", testPoolVersion},
 }
 
 // claimTime is the time of the suite's claims: fixed, far from now (so a store

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -46,6 +47,9 @@ type config struct {
 
 	// PrevResult is the prevResult of a CHECK or DEL, if any.
 	PrevResult *prevResult
+	// PrevResultErr says why the prevResult sent could not be read; the call
+	// goes on as if none had been sent.
+	PrevResultErr error
 	// ValidAttachments is the GC list; nil if the key is absent.
 	ValidAttachments []types.GCAttachment
 }
@@ -204,11 +208,14 @@ func loadConfig(stdin []byte, cniArgs string) (*config, error) {
 	}
 	c.Pod = parsePodArgs(cniArgs)
 	if len(sc.RawPrevResult) > 0 && string(sc.RawPrevResult) != "null" {
-		pr, err := parsePrevResult(sc.RawPrevResult)
-		if err != nil {
-			return nil, &codedError{types.ErrDecodingFailure, fmt.Errorf("prevResult: %w", err)}
+		// A prevResult that does not parse is ignored, as host-local ignores
+		// every prevResult: a runtime that sends the same broken one again
+		// could otherwise never tear the container down.
+		if pr, err := parsePrevResult(sc.RawPrevResult); err != nil {
+			c.PrevResultErr = fmt.Errorf("prevResult: %w", err)
+		} else {
+			c.PrevResult = pr
 		}
-		c.PrevResult = pr
 	}
 	switch {
 	case sc.ValidAttachments != nil:
@@ -235,15 +242,44 @@ func loadRanges(stdin []byte, cniArgs string, ic *ipamConf) (*config, error) {
 	if err := checkName(hc.Name); err != nil {
 		return nil, err
 	}
+	// The pools get the plugin's own names, whatever the network's name:
+	// they never show (toCNI says "range set <index>", as host-local does).
+	pools := make([]*ipam.Pool, len(hc.Pools))
+	for i, p := range hc.Pools {
+		q := *p
+		q.Name = rangeSetPool(i)
+		pools[i] = &q
+	}
 	return &config{
 		CNIVersion: hc.CNIVersion,
 		Name:       hc.Name,
-		Pools:      hc.Pools,
+		Pools:      pools,
 		Requested:  hc.Requested,
 		Routes:     hc.Routes,
 		DataDir:    hc.DataDir,
 		ResolvConf: hc.ResolvConf,
 	}, nil
+}
+
+// rangeSetPool is the name of the pool of range set i in host-local's form.
+func rangeSetPool(i int) string { return rangeSetPrefix + strconv.Itoa(i) }
+
+const rangeSetPrefix = "range-set-"
+
+// userText rewrites a message for the user: in host-local's form, the pools
+// are the plugin's, named after their range set, and the message names the
+// range set instead, as host-local's messages do.
+func (c *config) userText(s string) string {
+	if c == nil || c.Selects || !strings.Contains(s, rangeSetPrefix) {
+		return s
+	}
+	// From the last, so that range-set-1 is not taken for part of range-set-10.
+	for i := len(c.Pools) - 1; i >= 0; i-- {
+		name, set := rangeSetPool(i), "range set "+strconv.Itoa(i)
+		s = strings.ReplaceAll(s, "pool "+strconv.Quote(name), set)
+		s = strings.ReplaceAll(s, name, set)
+	}
+	return s
 }
 
 // loadPools reads the Spiderpool form: named pools inline, and the defaults.
@@ -419,11 +455,16 @@ func parsePrevResult(raw json.RawMessage) (*prevResult, error) {
 	}
 	pr := &prevResult{}
 	for i, s := range addrs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("ips[%d].address %q: %w", i, s, err)
+		// An address should have its prefix length; one without is read all
+		// the same.
+		ip, err := netip.ParseAddr(s)
+		if p, perr := netip.ParsePrefix(s); perr == nil {
+			ip, err = p.Addr(), nil
 		}
-		pr.IPs = append(pr.IPs, p.Addr().Unmap())
+		if err != nil {
+			return nil, fmt.Errorf("ips[%d].address %q: not an address with a prefix length", i, s)
+		}
+		pr.IPs = append(pr.IPs, ip.Unmap())
 	}
 	return pr, nil
 }

@@ -33,6 +33,7 @@ type opener func(dir string, pools []poolLoc) (store.Store, io.Closer, error)
 type plugin struct {
 	open    opener
 	stdout  io.Writer
+	warn    io.Writer // notes for the runtime's log: stderr
 	timeout time.Duration
 }
 
@@ -52,13 +53,9 @@ type session struct {
 func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
-	cfg, err := loadConfig(args.StdinData, args.Args)
+	cfg, locs, cat, err := p.prepare(args)
 	if err != nil {
-		return toCNI(nil, err)
-	}
-	locs, err := cfg.Locations()
-	if err != nil {
-		return toCNI(cfg, &codedError{types.ErrInvalidNetworkConfig, err})
+		return toCNI(cfg, err)
 	}
 	st, closer, err := p.openCtx(ctx, cfg.Dir(), locs)
 	if err != nil {
@@ -77,10 +74,6 @@ func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session
 		}
 		closer.Close()
 	}()
-	cat, err := ipam.NewCatalog(cfg.Pools...)
-	if err != nil {
-		return toCNI(cfg, &codedError{types.ErrInvalidNetworkConfig, err})
-	}
 	alloc, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
 	if err != nil {
 		return toCNI(cfg, err)
@@ -89,6 +82,25 @@ func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session
 		return toCNI(cfg, err)
 	}
 	return nil
+}
+
+// prepare loads the configuration and checks it: where each pool's claims
+// live, and the pools as a catalog. A prevResult that could not be read is
+// noted on the warning output. cfg is nil if the configuration did not load.
+func (p *plugin) prepare(args *skel.CmdArgs) (cfg *config, locs []poolLoc, cat *ipam.Catalog, err error) {
+	if cfg, err = loadConfig(args.StdinData, args.Args); err != nil {
+		return nil, nil, nil, err
+	}
+	if cfg.PrevResultErr != nil {
+		fmt.Fprintf(p.warn, "cni-ipam: %s: ignored: %v\n", args.ContainerID, cfg.PrevResultErr)
+	}
+	if locs, err = cfg.Locations(); err != nil {
+		return cfg, nil, nil, &codedError{types.ErrInvalidNetworkConfig, err}
+	}
+	if cat, err = ipam.NewCatalog(cfg.Pools...); err != nil {
+		return cfg, nil, nil, &codedError{types.ErrInvalidNetworkConfig, err}
+	}
+	return cfg, locs, cat, nil
 }
 
 // openCtx opens the store within ctx: opening takes the directory's lock,
@@ -326,10 +338,24 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) error {
 	})
 }
 
-// cmdStatus reports ready when the configuration loads and the state
-// directory opens.
+// cmdStatus reports ready when the configuration loads (with its resolvConf
+// file) and the state directory is usable: it exists and this process may
+// read and write it, or it can be created. It creates nothing: a readiness
+// probe leaves no directory or lock file behind.
 func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
-	return p.run(args, func(context.Context, *session) error { return nil })
+	cfg, _, _, err := p.prepare(args)
+	if err != nil {
+		return toCNI(cfg, err)
+	}
+	if cfg.ResolvConf != "" {
+		if _, err := readResolvConf(cfg.ResolvConf); err != nil {
+			return toCNI(cfg, &codedError{types.ErrInvalidNetworkConfig, fmt.Errorf("ipam.resolvConf: %w", err)})
+		}
+	}
+	if err := usableDir(cfg.Dir()); err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("state directory %s: %v", cfg.Dir(), err), "")
+	}
+	return nil
 }
 
 // toCNI returns err as a CNI error:
@@ -340,7 +366,17 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
 //     try again later;
 //   - anything else: 999 with the library's message. Exhaustion in a
 //     host-local range set reads as host-local's message does.
+//
+// In host-local's form, messages name range sets by index, never the pools
+// the plugin made of them.
 func toCNI(c *config, err error) *types.Error {
+	e := cniError(c, err)
+	e.Msg, e.Details = c.userText(e.Msg), c.userText(e.Details)
+	return e
+}
+
+// cniError is toCNI without the rewriting of pool names.
+func cniError(c *config, err error) *types.Error {
 	var te *types.Error
 	if errors.As(err, &te) {
 		return te

@@ -15,16 +15,15 @@ import (
 // runGC judges every existing claim (status.allocatedIPs) with the library's
 // garbage collection rules (ipam.DecideGC, default options) against the pods,
 // nodes and StatefulSets of the input, at --now or the current time.
-func runGC(args []string, stdout, stderr io.Writer, clock func() time.Time) int {
+func runGC(args []string, in *input, stdout, stderr io.Writer, clock func() time.Time) int {
 	var (
-		fl  files
 		out = output("table")
 		at  string
 	)
-	fs := newFlagSet("gc", stderr, &fl)
+	fs := newFlagSet("gc", stderr, in)
 	fs.StringVar(&at, "now", "", "judge the claims at this `time` (RFC 3339) instead of now")
 	fs.Var(&out, "o", "output `format`: table or json")
-	if code, ok := parseFlags(fs, args, &fl); !ok {
+	if code, ok := parseFlags(fs, args, in); !ok {
 		return code
 	}
 	now := clock()
@@ -37,7 +36,10 @@ func runGC(args []string, stdout, stderr io.Writer, clock func() time.Time) int 
 		now = t
 	}
 
-	c := loadFiles(fl)
+	c := in.load()
+	// Pools that overlap cannot all be right: their claims are not judged
+	// (the problems say which were left out), as explain does not use them.
+	c.dropOverlaps()
 	snap, err := ipam.NewGCSnapshot(now, c.gcPods(), c.gcSets())
 	if err != nil {
 		printProblems(stderr, c)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,8 +24,14 @@ func fixedClock() time.Time { return time.Date(2025, time.March, 1, 12, 0, 0, 0,
 // runCmd runs ipamctl with args and returns its stdout, stderr and exit code.
 func runCmd(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runStdin(t, strings.NewReader(""), args...)
+}
+
+// runStdin is runCmd with stdin as standard input.
+func runStdin(t *testing.T, stdin io.Reader, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code = run(context.Background(), args, &out, &errOut, fixedClock)
+	code = run(context.Background(), args, stdin, &out, &errOut, fixedClock)
 	return out.String(), errOut.String(), code
 }
 
@@ -54,7 +61,7 @@ func checkGolden(t *testing.T, golden, got string) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run go test ./examples/ipamctl -update to create it)", err)
+		t.Fatalf("%v (run go test ./cmd/ipamctl -update to create it)", err)
 	}
 	if got != string(want) {
 		t.Errorf("output differs from %s (run with -update if the change is intended)\n--- got\n%s\n--- want\n%s", path, got, want)
@@ -63,7 +70,7 @@ func checkGolden(t *testing.T, golden, got string) {
 
 // TestGolden runs each command on the scenario files and compares the whole
 // transcript with its golden file. Regenerate with
-// go test ./examples/ipamctl -update, and review the diff.
+// go test ./cmd/ipamctl -update, and review the diff.
 func TestGolden(t *testing.T) {
 	tests := []struct {
 		golden string
@@ -151,14 +158,14 @@ func TestKubectlList(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := loadFiles([]string{"testdata/kubectl-list.yaml"})
+	c := (&input{files: files{"testdata/kubectl-list.yaml"}, maxInput: defaultMaxInput}).load()
 	if len(c.problems) != 0 {
 		t.Fatalf("problems reading the List: %v", c.problems)
 	}
 	if len(c.pools) != 3 || len(c.namespaces) != 3 || len(c.nodes) != 2 || len(c.pods) != 3 {
 		t.Fatalf("read %d pools, %d namespaces, %d nodes, %d pods; want 3, 3, 2, 3", len(c.pools), len(c.namespaces), len(c.nodes), len(c.pods))
 	}
-	if got := c.pods[1].at.String(); got != "testdata/kubectl-list.yaml:1: document 1, items[9] (Pod default/web-0)" {
+	if got := c.pods[1].at.String(); got != "testdata/kubectl-list.yaml:429: document 1, items[9] (Pod default/web-0)" {
 		t.Errorf("origin of web-0 = %q", got)
 	}
 

@@ -23,7 +23,27 @@ func openState(dir string, pools []poolLoc) (store.Store, io.Closer, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &stateStore{base: fs, warn: os.Stderr}, fs, nil
+	return withCapabilities(&stateStore{base: fs, warn: os.Stderr}), fs, nil
+}
+
+// withCapabilities returns s with the optional capabilities of its file
+// store that the plugin passes on: CreateExclusive, when the file store can
+// check what a container holds as it creates.
+func withCapabilities(s *stateStore) store.Store {
+	if _, ok := s.base.(store.ExclusiveCreator); ok {
+		return exclusiveStateStore{s}
+	}
+	return s
+}
+
+// exclusiveStateStore is a stateStore over a file store with CreateExclusive.
+type exclusiveStateStore struct{ *stateStore }
+
+var _ store.ExclusiveCreator = exclusiveStateStore{}
+
+// CreateExclusive is the file store's, for host-local's owner.
+func (s exclusiveStateStore) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim, error) {
+	return s.base.(store.ExclusiveCreator).CreateExclusive(ctx, hostLocalOwner(c))
 }
 
 // cursorStore is a Store with host-local's last_reserved_ip cursors.

@@ -24,6 +24,6 @@ import (
 )
 
 func main() {
-	p := &plugin{open: openState, stdout: os.Stdout, timeout: defaultTimeout}
+	p := &plugin{open: openState, stdout: os.Stdout, warn: os.Stderr, timeout: defaultTimeout}
 	skel.PluginMainFuncs(p.funcs(), version.All, "CNI IPAM plugin cni-ipam (github.com/ipamkit/ipam)")
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -32,7 +33,9 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
+		// Built as the README says to build it: static, without cgo.
 		build := exec.Command("go", "build", "-o", filepath.Join(dir, pluginType), ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building the plugin:", err)
@@ -43,8 +46,41 @@ func TestMain(m *testing.M) {
 	}())
 }
 
+// hostLocalVersion is the host-local the tests run side by side with the
+// plugin: the version the recorded vectors come from.
+const hostLocalVersion = "v1.9.1"
+
+var (
+	hostLocalOnce sync.Once
+	hostLocalPath string
+	hostLocalErr  error
+)
+
+// hostLocal returns the path of host-local's binary, built from its module
+// (github.com/containernetworking/plugins at hostLocalVersion, through the
+// module proxy) into the test's CNI_PATH directory on first use.
+func hostLocal(t testing.TB) string {
+	t.Helper()
+	hostLocalOnce.Do(func() {
+		install := exec.Command("go", "install", "github.com/containernetworking/plugins/plugins/ipam/host-local@"+hostLocalVersion)
+		// Outside any module and workspace: the version is the one named;
+		// static, as the plugin is built and as CNI plugins ship.
+		install.Env = append(os.Environ(), "GOBIN="+pluginDir, "GOWORK=off", "CGO_ENABLED=0")
+		install.Dir = pluginDir
+		if out, err := install.CombinedOutput(); err != nil {
+			hostLocalErr = fmt.Errorf("building host-local %s: %v\n%s", hostLocalVersion, err, out)
+			return
+		}
+		hostLocalPath = filepath.Join(pluginDir, "host-local")
+	})
+	require.NoError(t, hostLocalErr)
+	return hostLocalPath
+}
+
 // call is one invocation of the plugin binary over the CNI protocol.
 type call struct {
+	// Binary is the plugin to run; empty means cni-ipam.
+	Binary      string
 	Command     string // ADD, DEL, CHECK, GC, STATUS, VERSION
 	ContainerID string
 	IfName      string
@@ -63,7 +99,11 @@ func (c call) exec(t testing.TB) ([]byte, *types.Error) {
 
 // run is exec without a test: safe in any goroutine.
 func (c call) run() ([]byte, *types.Error, error) {
-	cmd := exec.Command(filepath.Join(pluginDir, pluginType))
+	bin := c.Binary
+	if bin == "" {
+		bin = filepath.Join(pluginDir, pluginType)
+	}
+	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(),
 		"CNI_COMMAND="+c.Command,
 		"CNI_CONTAINERID="+c.ContainerID,

@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/netip"
-	"os"
 	"reflect"
 	"regexp"
 	"slices"
@@ -106,7 +104,23 @@ type cluster struct {
 	problems   []problem
 
 	seen  map[string]origin // kind/namespace/name → where first read
-	files []string          // the files read, in order
+	files []string          // the files read, in order, as messages name them
+
+	podIndex map[string]*podObj // namespace/name → pod
+	// leftOut says why each pool that is not in pools was left out, and where
+	// it was read.
+	leftOut map[string]string
+	// skipped counts the objects of kinds ipamctl does not read, by kind, in
+	// the order they were first met.
+	skipped []skippedKind
+}
+
+// skippedKind is how many objects of a kind were skipped, and where the first
+// was.
+type skippedKind struct {
+	kind  string
+	n     int
+	first origin
 }
 
 // sortedProblems returns the problems in input order: by file, document and
@@ -155,7 +169,53 @@ func newCluster() *cluster {
 		namespaces: make(map[string]*corev1.Namespace),
 		nodes:      make(map[string]*corev1.Node),
 		seen:       make(map[string]origin),
+		podIndex:   make(map[string]*podObj),
+		leftOut:    make(map[string]string),
 	}
+}
+
+// place returns where o starts: "file:line".
+func (o origin) place() string { return fmt.Sprintf("%s:%d", o.file, o.line) }
+
+// skip counts an object of a kind ipamctl does not read.
+func (c *cluster) skip(at origin) {
+	for i := range c.skipped {
+		if c.skipped[i].kind == at.kind {
+			c.skipped[i].n++
+			return
+		}
+	}
+	c.skipped = append(c.skipped, skippedKind{kind: at.kind, n: 1, first: at})
+}
+
+// printNotes writes what was read but not used: the objects skipped for
+// their kind.
+func (c *cluster) printNotes(w io.Writer) {
+	if len(c.skipped) == 0 {
+		return
+	}
+	n := 0
+	for _, k := range c.skipped {
+		n += k.n
+	}
+	fmt.Fprintf(w, "ipamctl: note: %s skipped: ipamctl does not read their kinds (%s are read)\n",
+		plural(n, "object"), strings.Join(knownKinds[:len(knownKinds)-1], ", "))
+	for _, k := range c.skipped {
+		fmt.Fprintf(w, "  %s: %d, the first at %s\n", k.kind, k.n, k.first.place())
+	}
+}
+
+// leaveOut records why the pool named name is left out: the problems found
+// since the first problems of the input, which are its own.
+func (c *cluster) leaveOut(name string, at origin, first int) {
+	if name == "" || len(c.problems) == first {
+		return
+	}
+	texts := make([]string, 0, len(c.problems)-first)
+	for _, p := range c.problems[first:] {
+		texts = append(texts, p.text)
+	}
+	c.leftOut[name] = strings.Join(texts, "; ") + " (" + at.place() + ")"
 }
 
 func (c *cluster) addProblem(at origin, format string, args ...any) {
@@ -170,31 +230,32 @@ func (c *cluster) addError(at origin, prefix string, err error) {
 	}
 }
 
-// loadFiles reads every file in order. Problems are recorded in the cluster,
+// load reads every file in order. Problems are recorded in the cluster,
 // never returned: what can be read is read.
-func loadFiles(paths []string) *cluster {
+func (in *input) load() *cluster {
 	c := newCluster()
-	for _, path := range paths {
-		c.files = append(c.files, path)
-		data, err := os.ReadFile(path)
+	for _, path := range in.files {
+		name, data, err := in.read(path)
+		c.files = append(c.files, name)
 		if err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err
-			}
-			c.addProblem(origin{file: path}, "cannot read: %v", err)
+			c.addProblem(origin{file: name}, "cannot read: %v", err)
 			continue
 		}
-		c.load(path, data)
+		c.load(name, data)
 	}
 	return c
 }
 
-// rawDoc is one document of a file, as JSON.
+// rawDoc is one document of a file, or one item of a List, as JSON.
 type rawDoc struct {
 	line int
 	json []byte
 	err  string // why the document could not be turned into JSON
+	// items are a List's items, each with its own line, when the document
+	// was split into them; json is then the List without them.
+	items []rawDoc
+	// split reports that the document is a List split into items.
+	split bool
 }
 
 // load reads the documents of one file.
@@ -206,12 +267,27 @@ func (c *cluster) load(file string, data []byte) {
 	}
 	for i, d := range docs {
 		at := origin{file: file, doc: i + 1, line: d.line, item: -1}
-		if d.err != "" {
+		switch {
+		case d.err != "":
 			c.addProblem(at, "%s", d.err)
-			continue
+		case d.split:
+			h, _ := listHeader(d.json)
+			at.kind, at.name = h.Kind, h.Metadata.Name
+			c.list(at, h.Kind, d.items)
+		default:
+			c.object(at, d.json, "")
 		}
-		c.object(at, d.json, "")
 	}
+}
+
+// listHeader decodes the header of a List document and reports whether it is
+// a List: kind List, or a typed list such as PodList.
+func listHeader(data []byte) (header, bool) {
+	var h header
+	if json.Unmarshal(data, &h) != nil {
+		return h, false
+	}
+	return h, h.Kind == kindList || strings.HasSuffix(h.Kind, "List")
 }
 
 // splitJSON splits a stream of JSON values, or returns nil if data does not
@@ -246,33 +322,100 @@ func splitJSON(data []byte) []rawDoc {
 		if string(v) == "null" {
 			continue
 		}
-		docs = append(docs, rawDoc{line: line, json: v})
+		docs = append(docs, jsonList(v, line))
 	}
+}
+
+// jsonList returns the document v, starting on line first, split into its
+// items when it is a List whose items are an array; otherwise whole.
+func jsonList(v []byte, first int) rawDoc {
+	whole := rawDoc{line: first, json: v}
+	if h, ok := listHeader(v); !ok || h.Kind == "" {
+		return whole
+	}
+	dec := json.NewDecoder(bytes.NewReader(v))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return whole
+	}
+	head := map[string]json.RawMessage{}
+	var items []rawDoc
+	lines := lineCounter{data: v, line: first}
+	for dec.More() {
+		t, err := dec.Token()
+		key, ok := t.(string)
+		if err != nil || !ok {
+			return whole
+		}
+		if key != "items" {
+			var val json.RawMessage
+			if dec.Decode(&val) != nil {
+				return whole
+			}
+			head[key] = val
+			continue
+		}
+		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+			return whole // null, or not a list: read whole, which says so
+		}
+		for dec.More() {
+			start := dec.InputOffset()
+			var item json.RawMessage
+			if dec.Decode(&item) != nil {
+				return whole
+			}
+			items = append(items, rawDoc{line: lines.at(valueStart(v, start)), json: item})
+		}
+		if _, err := dec.Token(); err != nil {
+			return whole
+		}
+	}
+	data, err := json.Marshal(head)
+	if err != nil {
+		return whole
+	}
+	return rawDoc{line: first, json: data, items: items, split: true}
+}
+
+// valueStart returns where the JSON value after offset i of data starts:
+// past white space and a separating comma.
+func valueStart(data []byte, i int64) int {
+	for i < int64(len(data)) && strings.IndexByte(" \t\r\n,", data[i]) >= 0 {
+		i++
+	}
+	return int(i)
+}
+
+// lineCounter gives the line of offsets into data, asked in increasing order,
+// counting each newline once.
+type lineCounter struct {
+	data []byte
+	pos  int
+	line int // the line at pos
+}
+
+func (l *lineCounter) at(offset int) int {
+	if offset > l.pos {
+		l.line += bytes.Count(l.data[l.pos:offset], []byte("\n"))
+		l.pos = offset
+	}
+	return l.line
 }
 
 // yamlLine matches the line number in the YAML parser's messages.
 var yamlLine = regexp.MustCompile(`line (\d+)`)
 
 // splitYAML splits a YAML stream on "---" lines and converts each
-// non-empty document to JSON.
+// non-empty document to JSON, a List item by item.
 func splitYAML(data []byte) []rawDoc {
 	var docs []rawDoc
 	flush := func(start int, lines []string) {
-		text := strings.Join(lines, "")
-		j, err := yaml.YAMLToJSON([]byte(text))
-		switch {
-		case err != nil:
-			// Make the parser's line numbers the file's.
-			msg := yamlLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
-				n, _ := strconv.Atoi(strings.TrimPrefix(m, "line "))
-				return fmt.Sprintf("line %d", n+start-1)
-			})
-			msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
-			docs = append(docs, rawDoc{line: start, err: "malformed YAML: " + msg})
-		case string(j) == "null":
-			// Empty: only comments or blank lines.
-		default:
-			docs = append(docs, rawDoc{line: start, json: j})
+		if d, ok := yamlList(lines, start); ok {
+			docs = append(docs, d)
+			return
+		}
+		d := yamlToJSON(strings.Join(lines, ""), start)
+		if d.err != "" || string(d.json) != "null" { // null: only comments or blank lines
+			docs = append(docs, d)
 		}
 	}
 	start, n := 1, 0
@@ -295,6 +438,88 @@ func splitYAML(data []byte) []rawDoc {
 	}
 	flush(start, cur)
 	return docs
+}
+
+// yamlToJSON converts one YAML document or List item, text, that starts on
+// line first of its file.
+func yamlToJSON(text string, first int) rawDoc {
+	j, err := yaml.YAMLToJSON([]byte(text))
+	if err != nil {
+		// Make the parser's line numbers the file's.
+		msg := yamlLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
+			n, _ := strconv.Atoi(strings.TrimPrefix(m, "line "))
+			return fmt.Sprintf("line %d", n+first-1)
+		})
+		msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
+		return rawDoc{line: first, err: "malformed YAML: " + msg}
+	}
+	return rawDoc{line: first, json: j}
+}
+
+// yamlList splits a YAML document, lines starting on line first, that is a
+// List as kubectl prints it (a mapping whose "items:" key at column 0 holds
+// a block sequence) into the List without its items and each item, which is
+// converted on its own and keeps its own line. Converting item by item also
+// never holds a whole large List as one tree. ok is false for any other
+// shape, which is then read whole; and when an item does not convert alone
+// but the whole document does (an alias to another item, say).
+func yamlList(lines []string, first int) (doc rawDoc, ok bool) {
+	k := slices.IndexFunc(lines, func(l string) bool { return strings.TrimRight(l, " \t\r\n") == "items:" })
+	if k < 0 {
+		return rawDoc{}, false
+	}
+	var (
+		items  []rawDoc
+		cur    []string // the current item's lines
+		start  int      // its first line
+		indent = -1     // the column of the items' "-"
+		end    = len(lines)
+	)
+	flushItem := func() {
+		if cur != nil {
+			items = append(items, yamlToJSON(strings.Join(cur, ""), start))
+		}
+	}
+	for i := k + 1; i < len(lines) && end == len(lines); i++ {
+		l := lines[i]
+		t := strings.TrimRight(l, " \t\r\n")
+		text := strings.TrimLeft(t, " ")
+		n := len(t) - len(text)
+		dash := strings.HasPrefix(text, "-") && (len(text) == 1 || text[1] == ' ')
+		switch {
+		case text == "" || text[0] == '#':
+			if cur != nil {
+				cur = append(cur, l)
+			}
+		case n == 0 && !(dash && indent <= 0):
+			end = i // the List's next key
+		case indent < 0 && dash:
+			indent = n
+			fallthrough
+		case n == indent && dash:
+			flushItem()
+			// The item's mapping, its "-" turned into a blank.
+			cur, start = []string{l[:n] + " " + l[n+1:]}, first+i
+		case n > indent && cur != nil:
+			cur = append(cur, l)
+		default:
+			return rawDoc{}, false
+		}
+	}
+	flushItem()
+	head := yamlToJSON(strings.Join(lines[:k], "")+strings.Join(lines[end:], ""), first)
+	if h, list := listHeader(head.json); head.err != "" || !list || h.Kind == "" {
+		return rawDoc{}, false
+	}
+	for _, it := range items {
+		if it.err != "" {
+			if whole := yamlToJSON(strings.Join(lines, ""), first); whole.err == "" {
+				return rawDoc{}, false
+			}
+			break
+		}
+	}
+	return rawDoc{line: first, json: head.json, items: items, split: true}, true
 }
 
 // header is what every object has.
@@ -343,19 +568,15 @@ func (c *cluster) object(at origin, data []byte, itemKind string) {
 		if l.Items == nil {
 			return
 		}
-		implied := ""
-		if h.Kind != kindList {
-			implied = strings.TrimSuffix(h.Kind, "List")
-		}
+		items := make([]rawDoc, len(*l.Items))
 		for i, item := range *l.Items {
-			it := at
-			it.item, it.kind, it.name, it.namespace = i, "", "", ""
-			c.object(it, item, implied)
+			items[i] = rawDoc{line: at.line, json: item}
 		}
+		c.list(at, h.Kind, items)
 		return
 	}
 	if !slices.Contains(knownKinds, h.Kind) {
-		c.addProblem(at, "kind %q: not supported: want one of %s", h.Kind, strings.Join(knownKinds, ", "))
+		c.skip(at)
 		return
 	}
 	if h.Metadata.Name == "" {
@@ -376,6 +597,8 @@ func (c *cluster) object(at origin, data []byte, itemKind string) {
 	}
 	c.seen[key] = at
 
+	// Each object is kept with only the fields ipamctl reads (see slim.go):
+	// a List of a large cluster is mostly what it does not read.
 	switch h.Kind {
 	case kindPool:
 		c.pool(at, data)
@@ -384,26 +607,46 @@ func (c *cluster) object(at origin, data []byte, itemKind string) {
 	case kindNamespace:
 		var ns corev1.Namespace
 		if c.decode(at, data, &ns) {
-			c.namespaces[ns.Name] = &ns
+			c.namespaces[ns.Name] = slimNamespace(&ns)
 		}
 	case kindNode:
 		var n corev1.Node
 		if c.decode(at, data, &n) {
-			c.nodes[n.Name] = &n
+			c.nodes[n.Name] = slimNode(&n)
 		}
 	case kindPod:
 		var p corev1.Pod
 		if c.decode(at, data, &p) {
 			p.Namespace = at.namespace
-			c.pods = append(c.pods, &podObj{at: at, pod: &p})
+			po := &podObj{at: at, pod: slimPod(&p)}
+			c.pods = append(c.pods, po)
+			c.podIndex[p.Namespace+"/"+p.Name] = po
 		}
 	case kindStatefulSet:
 		var s appsv1.StatefulSet
 		if c.decode(at, data, &s) {
 			s.Namespace = at.namespace
 			c.checkStatefulSet(at, &s)
-			c.sets = append(c.sets, &setObj{at: at, set: &s})
+			c.sets = append(c.sets, &setObj{at: at, set: slimStatefulSet(&s)})
 		}
+	}
+}
+
+// list reads the items of a List of the given kind found at at, each at its
+// own line when it has one.
+func (c *cluster) list(at origin, kind string, items []rawDoc) {
+	implied := ""
+	if kind != kindList {
+		implied = strings.TrimSuffix(kind, "List")
+	}
+	for i, item := range items {
+		it := at
+		it.item, it.line, it.kind, it.name, it.namespace = i, item.line, "", "", ""
+		if item.err != "" {
+			c.addProblem(it, "%s", item.err)
+			continue
+		}
+		c.object(it, item.json, implied)
 	}
 }
 
@@ -511,14 +754,17 @@ func (c *cluster) spec(at origin, data []byte, into json.Unmarshaler) (*specObje
 // pool reads a SpiderIPPool: its spec as an ipam.Pool and its
 // status.allocatedIPs as existing claims.
 func (c *cluster) pool(at origin, data []byte) {
+	first := len(c.problems)
 	p := new(ipam.Pool)
 	obj, ok := c.spec(at, data, p)
 	if !ok {
+		c.leaveOut(at.name, at, first)
 		return
 	}
 	p.Name, p.Terminating = obj.Metadata.Name, obj.terminating()
 	if err := p.Validate(); err != nil {
 		c.addError(at, "spec.", err)
+		c.leaveOut(p.Name, at, first)
 		return
 	}
 	po := &poolObj{at: at, pool: p}
@@ -626,9 +872,20 @@ func (c *cluster) dropOverlaps() {
 			pools = append(pools, po.pool)
 			continue
 		}
-		for _, e := range leafErrors(err) {
-			c.addProblem(po.at, "%s; the pool is ignored", c.crossText(po, e))
+		// ValidatePools reports a conflict from both sides; the kept pool's
+		// side says nothing about this one.
+		errs := leafErrors(err)
+		if own := slices.DeleteFunc(slices.Clone(errs), func(e error) bool {
+			var fe *ipam.FieldError
+			return errors.As(e, &fe) && fe.Object != "" && fe.Object != poolObject(po.pool.Name)
+		}); len(own) > 0 {
+			errs = own
 		}
+		first := len(c.problems)
+		for _, e := range errs {
+			c.addProblem(po.at, "%s; the pool is left out", c.crossText(po, e))
+		}
+		c.leaveOut(po.pool.Name, po.at, first)
 	}
 	c.pools = kept
 }

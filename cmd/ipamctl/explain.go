@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipamkit/ipam"
-	"github.com/ipamkit/ipam/examples/internal/texttable"
+	"github.com/ipamkit/ipam/internal/texttable"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"
@@ -121,10 +121,8 @@ func (c *cluster) claimOwner(cl claimObj) store.Owner {
 
 // pod returns the input's pod namespace/name, or nil.
 func (c *cluster) pod(namespace, name string) *corev1.Pod {
-	for _, p := range c.pods {
-		if p.pod.Namespace == namespace && p.pod.Name == name {
-			return p.pod
-		}
+	if po := c.podIndex[namespace+"/"+name]; po != nil {
+		return po.pod
 	}
 	return nil
 }
@@ -164,13 +162,17 @@ func controllerKind(p *corev1.Pod) string {
 	return ""
 }
 
-// explainAll allocates every pod in order and returns the reports.
-func (e *explainer) explainAll(ctx context.Context) []*podReport {
-	out := make([]*podReport, 0, len(e.c.pods))
+// explainAll allocates every pod in order and hands each report to yield as
+// soon as it is made, until yield returns false or an error: the reports are
+// not kept, so memory does not grow with the pods' traces.
+func (e *explainer) explainAll(ctx context.Context, yield func(*podReport) (more bool, err error)) error {
 	for _, p := range e.c.pods {
-		out = append(out, e.explain(ctx, p))
+		more, err := yield(e.explain(ctx, p))
+		if err != nil || !more {
+			return err
+		}
 	}
-	return out
+	return nil
 }
 
 // request builds the allocation request for a pod: eth0, whose pools the
@@ -226,6 +228,7 @@ func (e *explainer) explain(ctx context.Context, po *podObj) *podReport {
 	}
 	e.allocate(ctx, r, &req)
 	e.addLabelFacts(r, &req)
+	e.leftOutTrace(r)
 	return r
 }
 
@@ -257,7 +260,7 @@ func (e *explainer) allocate(ctx context.Context, r *podReport, req *ipam.Reques
 			continue
 		}
 		x := r.iface(ae.Interface)
-		x.err = joinErr(x.err, oneLine(ae.Error()))
+		x.err = joinErr(x.err, e.leftOutText(ae))
 		if !slices.Contains(failed, ae.Interface) {
 			failed = append(failed, ae.Interface)
 		}
@@ -336,6 +339,34 @@ func (r *podReport) addTrace(trace []ipam.TraceEntry) {
 	}
 }
 
+// leftOutTrace says, for each pool of the trace that the library did not
+// find because ipamctl left it out, why it was left out.
+func (e *explainer) leftOutTrace(r *podReport) {
+	for _, x := range r.interfaces {
+		for i := range x.trace {
+			t := &x.trace[i]
+			if why, ok := e.c.leftOut[t.Pool]; ok && t.Reason == ipam.ReasonNotFound {
+				t.Message = fmt.Sprintf("pool %q was left out: %s", t.Pool, why)
+			}
+		}
+	}
+}
+
+// leftOutText renders an allocation error on one line, saying why a pool
+// the library did not find was left out of the input.
+func (e *explainer) leftOutText(ae *ipam.AllocationError) string {
+	text := oneLine(ae.Error())
+	why, ok := e.c.leftOut[ae.Pool]
+	if !ok || !errors.Is(ae, ipam.ErrNotFound) {
+		return text
+	}
+	notFound := fmt.Sprintf("pool %q: no such pool (", ae.Pool)
+	if i := strings.Index(text, notFound); i >= 0 {
+		return text[:i] + fmt.Sprintf("pool %q was left out: %s; ", ae.Pool, why) + text[i+len(notFound):]
+	}
+	return fmt.Sprintf("%s; pool %q was left out: %s", text, ae.Pool, why)
+}
+
 // mergeHeld folds a pool that served an address already held back into its
 // place in the priority order. The library reports it twice: served without
 // a rank ("already held"), and again among the pools not tried, as a
@@ -374,66 +405,96 @@ func joinErr(a, b string) string {
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", "; ") }
 
-// writeTable writes the reports for people.
-func writeTable(w io.Writer, reports []*podReport) error {
-	for i, r := range reports {
-		if i > 0 {
+// reportWriter writes explain's reports as they are made.
+type reportWriter interface {
+	write(r *podReport) error
+	// close ends the output.
+	close() error
+}
+
+// tableWriter writes the reports for people.
+type tableWriter struct {
+	w errWriter
+	n int // reports written
+}
+
+func newTableWriter(w io.Writer) *tableWriter { return &tableWriter{w: errWriter{w: w}} }
+
+func (tw *tableWriter) close() error { return tw.w.err }
+
+func (tw *tableWriter) write(r *podReport) error {
+	w := &tw.w
+	if tw.n++; tw.n > 1 {
+		fmt.Fprintln(w)
+	}
+	p := r.pod.pod
+	fmt.Fprintf(w, "pod %s/%s", p.Namespace, p.Name)
+	if p.Spec.NodeName != "" {
+		fmt.Fprintf(w, " on node %s", p.Spec.NodeName)
+	}
+	fmt.Fprintln(w)
+	for _, n := range r.notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	if r.skipped != "" {
+		fmt.Fprintf(w, "  %s\n", r.skipped)
+		return w.err
+	}
+	for _, x := range r.interfaces {
+		fmt.Fprintf(w, "  %s:\n", x.name)
+		for _, ip := range x.ips {
+			fmt.Fprintf(w, "    IPv%d %s from pool %s", family(ip.Address.Addr()), ip.Address, ip.Pool)
+			if ip.Gateway.IsValid() {
+				fmt.Fprintf(w, ", gateway %s", ip.Gateway)
+			}
+			if ip.Vlan != 0 {
+				fmt.Fprintf(w, ", vlan %d", ip.Vlan)
+			}
+			if ip.Reused {
+				fmt.Fprint(w, " (already held)")
+			}
 			fmt.Fprintln(w)
 		}
-		p := r.pod.pod
-		fmt.Fprintf(w, "pod %s/%s", p.Namespace, p.Name)
-		if p.Spec.NodeName != "" {
-			fmt.Fprintf(w, " on node %s", p.Spec.NodeName)
+		if x.err != "" {
+			fmt.Fprintf(w, "    error: %s\n", x.err)
 		}
-		fmt.Fprintln(w)
-		for _, n := range r.notes {
-			fmt.Fprintf(w, "  note: %s\n", n)
-		}
-		if r.skipped != "" {
-			fmt.Fprintf(w, "  %s\n", r.skipped)
+		if len(x.trace) == 0 {
+			fmt.Fprintln(w, "    no pool was considered")
 			continue
 		}
-		for _, x := range r.interfaces {
-			fmt.Fprintf(w, "  %s:\n", x.name)
-			for _, ip := range x.ips {
-				fmt.Fprintf(w, "    IPv%d %s from pool %s", family(ip.Address.Addr()), ip.Address, ip.Pool)
-				if ip.Gateway.IsValid() {
-					fmt.Fprintf(w, ", gateway %s", ip.Gateway)
-				}
-				if ip.Vlan != 0 {
-					fmt.Fprintf(w, ", vlan %d", ip.Vlan)
-				}
-				if ip.Reused {
-					fmt.Fprint(w, " (already held)")
-				}
-				fmt.Fprintln(w)
+		t := newTable(w)
+		fmt.Fprintln(t, "    FAMILY\tRANK\tPOOL\tSTATUS\tRULE\tWHY")
+		for _, e := range x.trace {
+			rank := "-"
+			if e.Rank > 0 {
+				rank = fmt.Sprint(e.Rank)
 			}
-			if x.err != "" {
-				fmt.Fprintf(w, "    error: %s\n", x.err)
+			status := string(e.Status)
+			if x.rolledBack && e.Status == ipam.StatusServed {
+				status += " (rolled back)"
 			}
-			if len(x.trace) == 0 {
-				fmt.Fprintln(w, "    no pool was considered")
-				continue
-			}
-			t := newTable(w)
-			fmt.Fprintln(t, "    FAMILY\tRANK\tPOOL\tSTATUS\tRULE\tWHY")
-			for _, e := range x.trace {
-				rank := "-"
-				if e.Rank > 0 {
-					rank = fmt.Sprint(e.Rank)
-				}
-				status := string(e.Status)
-				if x.rolledBack && e.Status == ipam.StatusServed {
-					status += " (rolled back)"
-				}
-				fmt.Fprintf(t, "    IPv%d\t%s\t%s\t%s\t%s\t%s\n", e.Family, rank, e.Pool, status, e.Source, why(e))
-			}
-			if err := t.Flush(); err != nil {
-				return err
-			}
+			fmt.Fprintf(t, "    IPv%d\t%s\t%s\t%s\t%s\t%s\n", e.Family, rank, e.Pool, status, e.Source, why(e))
+		}
+		if err := t.Flush(); err != nil {
+			return err
 		}
 	}
-	return nil
+	return w.err
+}
+
+// errWriter keeps the first error of its writer, and writes nothing after it.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
 }
 
 // why says why a pool was not used, or is empty.
@@ -489,30 +550,59 @@ type (
 	}
 )
 
-func writeJSON(w io.Writer, reports []*podReport) error {
-	out := jsonExplain{Pods: make([]jsonPod, 0, len(reports))}
-	for _, r := range reports {
-		jp := jsonPod{Pod: r.pod.pod.Namespace + "/" + r.pod.pod.Name, Skipped: r.skipped, Interfaces: []jsonIface{}}
-		for _, x := range r.interfaces {
-			ji := jsonIface{Interface: x.name, IPs: []jsonIP{}, Error: x.err, Trace: []jsonTrace{}}
-			for _, ip := range x.ips {
-				j := jsonIP{Family: family(ip.Address.Addr()), Pool: ip.Pool, Address: ip.Address.String(), Reused: ip.Reused}
-				if ip.Gateway.IsValid() {
-					j.Gateway = ip.Gateway.String()
-				}
-				ji.IPs = append(ji.IPs, j)
-			}
-			for _, e := range x.trace {
-				ji.Trace = append(ji.Trace, jsonTrace{Family: e.Family, Pool: e.Pool, Source: string(e.Source),
-					Status: string(e.Status), Reason: string(e.Reason), Message: e.Message, Rank: e.Rank})
-			}
-			jp.Interfaces = append(jp.Interfaces, ji)
-		}
-		out.Pods = append(out.Pods, jp)
+// jsonWriter writes the reports as one JSON document, {"pods": [...]},
+// indented as json.Encoder with SetIndent("", "  ") indents it, one pod at a
+// time.
+type jsonWriter struct {
+	w io.Writer
+	n int // pods written
+}
+
+func (jw *jsonWriter) write(r *podReport) error {
+	data, err := json.MarshalIndent(jsonReport(r), "    ", "  ")
+	if err != nil {
+		return err
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	sep := ",\n    "
+	if jw.n == 0 {
+		sep = "{\n  \"pods\": [\n    "
+	}
+	jw.n++
+	if _, err := io.WriteString(jw.w, sep); err != nil {
+		return err
+	}
+	_, err = jw.w.Write(data)
+	return err
+}
+
+func (jw *jsonWriter) close() error {
+	end := "\n  ]\n}\n"
+	if jw.n == 0 {
+		end = "{\n  \"pods\": []\n}\n"
+	}
+	_, err := io.WriteString(jw.w, end)
+	return err
+}
+
+// jsonReport is a pod's report in the JSON schema.
+func jsonReport(r *podReport) jsonPod {
+	jp := jsonPod{Pod: r.pod.pod.Namespace + "/" + r.pod.pod.Name, Skipped: r.skipped, Interfaces: []jsonIface{}}
+	for _, x := range r.interfaces {
+		ji := jsonIface{Interface: x.name, IPs: []jsonIP{}, Error: x.err, Trace: []jsonTrace{}}
+		for _, ip := range x.ips {
+			j := jsonIP{Family: family(ip.Address.Addr()), Pool: ip.Pool, Address: ip.Address.String(), Reused: ip.Reused}
+			if ip.Gateway.IsValid() {
+				j.Gateway = ip.Gateway.String()
+			}
+			ji.IPs = append(ji.IPs, j)
+		}
+		for _, e := range x.trace {
+			ji.Trace = append(ji.Trace, jsonTrace{Family: e.Family, Pool: e.Pool, Source: string(e.Source),
+				Status: string(e.Status), Reason: string(e.Reason), Message: e.Message, Rank: e.Rank})
+		}
+		jp.Interfaces = append(jp.Interfaces, ji)
+	}
+	return jp
 }
 
 // loadNetConf reads the pool defaults of a CNI network config: the "ipam"

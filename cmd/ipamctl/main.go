@@ -14,10 +14,14 @@
 // gc says which existing claims the garbage collection rules would release,
 // and why. See README.md for the output formats.
 //
-// Nothing talks to a cluster: the files are the whole input.
+// Input is read from files or standard input (-f -), each up to -max-input;
+// a List is read item by item, objects of kinds ipamctl does not read are
+// skipped with a note, and explain writes each pod's answer as soon as it has
+// it. Nothing talks to a cluster: the files are the whole input.
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -31,7 +35,13 @@ import (
 )
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, time.Now))
+	out := bufio.NewWriterSize(os.Stdout, 64<<10)
+	code := run(context.Background(), os.Args[1:], os.Stdin, out, os.Stderr, time.Now)
+	if err := out.Flush(); err != nil && code == exitOK {
+		fmt.Fprintf(os.Stderr, "ipamctl: writing the output: %v\n", err)
+		code = exitProblem
+	}
+	os.Exit(code)
 }
 
 const usage = `usage: ipamctl <command> [flags]
@@ -44,7 +54,8 @@ commands:
   gc        which existing claims garbage collection would release, and why
             -f FILE... [--now RFC3339] [-o table|json]
 
-FILE is YAML or JSON, one or more documents, or a List as kubectl prints it.
+FILE is YAML or JSON, one or more documents, or a List as kubectl prints it;
+"-" is standard input. Each is read up to -max-input (default 256MiB).
 Run "ipamctl <command> -h" for a command's flags.
 `
 
@@ -55,39 +66,27 @@ const (
 	exitUsage   = 2
 )
 
-// run runs one command and returns the exit code. clock gives the time when
-// gc is not told it.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, clock func() time.Time) int {
+// run runs one command and returns the exit code. "-f -" reads stdin; clock
+// gives the time when gc is not told it.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, clock func() time.Time) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
+	in := &input{maxInput: defaultMaxInput, stdin: stdin}
 	switch args[0] {
 	case "explain":
-		return runExplain(ctx, args[1:], stdout, stderr, clock)
+		return runExplain(ctx, args[1:], in, stdout, stderr, clock)
 	case "validate":
-		return runValidate(args[1:], stdout, stderr)
+		return runValidate(args[1:], in, stdout, stderr)
 	case "gc":
-		return runGC(args[1:], stdout, stderr, clock)
+		return runGC(args[1:], in, stdout, stderr, clock)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
 	fmt.Fprintf(stderr, "ipamctl: unknown command %q\n\n%s", args[0], usage)
 	return exitUsage
-}
-
-// files is a repeatable -f flag.
-type files []string
-
-func (f *files) String() string { return strings.Join(*f, ",") }
-
-func (f *files) Set(s string) error {
-	if s == "" {
-		return errors.New("empty file name")
-	}
-	*f = append(*f, s)
-	return nil
 }
 
 // output is the -o flag.
@@ -105,7 +104,7 @@ func (o *output) Set(s string) error {
 
 // parseFlags parses a command's flags, requiring at least one -f and no
 // arguments. ok is false when the command should exit with code.
-func parseFlags(fs *flag.FlagSet, args []string, fl *files) (code int, ok bool) {
+func parseFlags(fs *flag.FlagSet, args []string, in *input) (code int, ok bool) {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK, false
@@ -116,32 +115,32 @@ func parseFlags(fs *flag.FlagSet, args []string, fl *files) (code int, ok bool) 
 		fmt.Fprintf(fs.Output(), "ipamctl %s: unexpected arguments %q (name files with -f)\n", fs.Name(), fs.Args())
 		return exitUsage, false
 	}
-	if len(*fl) == 0 {
+	if len(in.files) == 0 {
 		fmt.Fprintf(fs.Output(), "ipamctl %s: no input: name at least one file with -f\n", fs.Name())
 		return exitUsage, false
 	}
 	return 0, true
 }
 
-func newFlagSet(name string, stderr io.Writer, fl *files) *flag.FlagSet {
+func newFlagSet(name string, stderr io.Writer, in *input) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Var(fl, "f", "read manifests from this `file` (YAML or JSON; repeatable)")
+	fs.Var(&in.files, "f", "read manifests from this `file` (YAML or JSON; - for standard input; repeatable)")
+	fs.Var(&in.maxInput, "max-input", "read at most this `size` of each file, such as 64MiB or 1GiB")
 	return fs
 }
 
-func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer, clock func() time.Time) int {
+func runExplain(ctx context.Context, args []string, in *input, stdout, stderr io.Writer, clock func() time.Time) int {
 	var (
-		fl      files
 		out     = output("table")
 		pod     string
 		cniConf string
 	)
-	fs := newFlagSet("explain", stderr, &fl)
+	fs := newFlagSet("explain", stderr, in)
 	fs.StringVar(&pod, "pod", "", "print only the pod `namespace/name` (the pods before it are still allocated first)")
 	fs.StringVar(&cniConf, "cni-config", "", "read default_ipv4_ippool, default_ipv6_ippool and clean_gateway from this CNI network config `file`")
 	fs.Var(&out, "o", "output `format`: table or json")
-	if code, ok := parseFlags(fs, args, &fl); !ok {
+	if code, ok := parseFlags(fs, args, in); !ok {
 		return code
 	}
 	var nc ipam.NetConf
@@ -160,7 +159,7 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer, cl
 		want = "default/" + want
 	}
 
-	c := loadFiles(fl)
+	c := in.load()
 	c.dropOverlaps()
 	e, err := newExplainer(ctx, c, nc, clock())
 	if err != nil {
@@ -168,36 +167,40 @@ func runExplain(ctx context.Context, args []string, stdout, stderr io.Writer, cl
 		fmt.Fprintf(stderr, "ipamctl explain: %v\n", err)
 		return exitProblem
 	}
-	reports := e.explainAll(ctx)
-	if want != "" {
-		var only []*podReport
-		for _, r := range reports {
-			if r.pod.pod.Namespace+"/"+r.pod.pod.Name == want {
-				only = append(only, r)
-			}
-		}
-		if len(only) == 0 {
-			printProblems(stderr, c)
-			fmt.Fprintf(stderr, "ipamctl explain: --pod %s: no such pod in the input\n", want)
-			return exitProblem
-		}
-		reports = only
-	}
+	var w reportWriter = newTableWriter(stdout)
 	if out == "json" {
-		err = writeJSON(stdout, reports)
-	} else {
-		err = writeTable(stdout, reports)
+		w = &jsonWriter{w: stdout}
+	}
+	found := false
+	err = e.explainAll(ctx, func(r *podReport) (more bool, err error) {
+		if want == "" {
+			return true, w.write(r)
+		}
+		if r.pod.pod.Namespace+"/"+r.pod.pod.Name != want {
+			return true, nil
+		}
+		found = true
+		return false, w.write(r) // the pods after it cannot change its answer
+	})
+	if err == nil && want != "" && !found {
+		printProblems(stderr, c)
+		fmt.Fprintf(stderr, "ipamctl explain: --pod %s: no such pod in the input\n", want)
+		return exitProblem
+	}
+	if err == nil {
+		err = w.close()
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "ipamctl explain: %v\n", err)
+		fmt.Fprintf(stderr, "ipamctl explain: writing the output: %v\n", err)
 		return exitProblem
 	}
 	return printProblems(stderr, c)
 }
 
-// printProblems writes the input problems to w and returns the exit code
-// they call for.
+// printProblems writes the notes and the input problems to w and returns the
+// exit code the problems call for.
 func printProblems(w io.Writer, c *cluster) int {
+	c.printNotes(w)
 	if len(c.problems) == 0 {
 		return exitOK
 	}

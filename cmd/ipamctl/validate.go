@@ -17,13 +17,13 @@ import (
 // allocatable address of its pool, and the pool-choice annotations of pods
 // and namespaces parse. It prints every problem and exits non-zero if there
 // is any.
-func runValidate(args []string, stdout, stderr io.Writer) int {
-	var fl files
-	fs := newFlagSet("validate", stderr, &fl)
-	if code, ok := parseFlags(fs, args, &fl); !ok {
+func runValidate(args []string, in *input, stdout, stderr io.Writer) int {
+	fs := newFlagSet("validate", stderr, in)
+	if code, ok := parseFlags(fs, args, in); !ok {
 		return code
 	}
-	c := loadFiles(fl)
+	c := in.load()
+	c.printNotes(stderr)
 	c.crossCheck()
 	c.checkClaims()
 	c.checkAnnotations()

@@ -117,6 +117,7 @@ func inProcess(st store.Store, timeout time.Duration) (*plugin, *bytes.Buffer) {
 	return &plugin{
 		open:    func(string, []poolLoc) (store.Store, io.Closer, error) { return st, io.NopCloser(nil), nil },
 		stdout:  &out,
+		warn:    io.Discard,
 		timeout: timeout,
 	}, &out
 }
@@ -174,7 +175,7 @@ func TestLockHeldIsTryAgain(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_EX))
 			}
-			p := &plugin{stdout: io.Discard, timeout: 200 * time.Millisecond, open: openState}
+			p := &plugin{stdout: io.Discard, warn: io.Discard, timeout: 200 * time.Millisecond, open: openState}
 			if when == "open" {
 				require.NoError(t, os.MkdirAll(dir, 0o755))
 				take()
@@ -218,12 +219,12 @@ func TestDelWithPrevResultReadsNoList(t *testing.T) {
 	fs.lists.Store(0)
 	require.NoError(t, p.cmdDel(&skel.CmdArgs{ContainerID: "c", IfName: "eth0", StdinData: withPrev}))
 	require.Zero(t, fs.lists.Load(), "List calls of a DEL with prevResult")
-	_, err := fs.Get(context.Background(), "n/0", netip.MustParseAddr("10.40.0.4"))
+	_, err := fs.Get(context.Background(), rangeSetPool(0), netip.MustParseAddr("10.40.0.4"))
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	require.NoError(t, p.cmdDel(&skel.CmdArgs{ContainerID: "b", IfName: "eth0", StdinData: []byte(smallNet)}))
 	require.Zero(t, fs.lists.Load(), "List calls of a DEL without prevResult")
-	cs, err := fs.List(context.Background(), "n/0")
+	cs, err := fs.List(context.Background(), rangeSetPool(0))
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
 	require.Equal(t, "a", cs[0].Owner.ContainerID)
