@@ -14,6 +14,7 @@
 //
 //	claims/<pool>/<family>/<address>                          a claim, as JSON (store.Claim without its revision)
 //	cursors/<pool>                                            a pool's cursor (store.Cursors), the address as text
+//	versions/<pool>                                           empty; its ModRevision is the pool's version (store.PoolVersioner)
 //	owners/<kind>/<id>/<family>/<interface>/<pool>/<address>  a copy of a claim, under one identity of its owner
 //
 // <family> is 4 or 6; <address> is the address in fixed-width lower-case
@@ -31,13 +32,13 @@
 // # Writes
 //
 // Every write is one etcd transaction: the claim, a copy of it under each
-// identity of its owner (store.Owner.Identities), and for CreateAndSetCursor
-// and CreateExclusive the pool's cursor. Create puts them if the claim key has
+// identity of its owner (store.Owner.Identities), the pool's version key,
+// and for CreateAndSetCursor and CreateExclusive the pool's cursor. Create puts them if the claim key has
 // no version; CreateExclusive also compares, in the same transaction, the key
 // ranges of its owner's primary identity that would conflict (its family, on
 // its interface and on none), so that checking what the owner holds costs no
-// extra round trip; the cursor is put without a comparison, so it never causes
-// a conflict. Update and Delete replace or remove the claim and its copies if
+// extra round trip; the cursor and the version key are put without a
+// comparison, so they never cause a conflict. Update and Delete replace or remove the claim and its copies if
 // the claim's ModRevision is the revision the caller names. To remove the
 // copies of the owner it replaces, an Update or Delete needs that owner: it
 // knows it without asking when the same Store read or wrote the claim at that
@@ -51,7 +52,7 @@
 //
 // # Reads
 //
-// Get, Owned and Cursor are one linearizable read each: they see every write
+// Get, Owned, Cursor and PoolVersion are one linearizable read each: they see every write
 // that completed before they were called, through any client. Owned reads the
 // copies under the owner's identity, so its cost is that of the owner's claims.
 // List reads a pool in pages of Options.ListPageSize keys, every page at the

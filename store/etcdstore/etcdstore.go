@@ -27,10 +27,12 @@ var (
 	_ store.CursorCreator    = (*Store)(nil)
 	_ store.ExclusiveCreator = (*Store)(nil)
 	_ store.Watcher          = (*Store)(nil)
+	_ store.PoolVersioner    = (*Store)(nil)
 )
 
 // Store is a store.Store on etcd. It also implements store.Cursors,
-// store.CursorCreator, store.ExclusiveCreator and store.Watcher.
+// store.CursorCreator, store.ExclusiveCreator, store.Watcher and
+// store.PoolVersioner.
 //
 // The zero Store is not usable; create one with New or NewFromConfig. A
 // *Store is safe for concurrent use by multiple goroutines.
@@ -394,7 +396,7 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor, exclusive boo
 	key := s.keys.claim(c.Pool, c.IP)
 	val := encode(c)
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", 0)}
-	then := []clientv3.Op{clientv3.OpPut(key, val)}
+	then := []clientv3.Op{clientv3.OpPut(key, val), s.touch(c.Pool)}
 	for _, k := range s.keys.owners(c) {
 		then = append(then, clientv3.OpPut(k, val))
 	}
@@ -469,7 +471,7 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 		return store.Claim{}, claimError("update", c.Pool, c.IP, key, err)
 	}
 	val := encode(c)
-	then := []clientv3.Op{clientv3.OpPut(key, val)}
+	then := []clientv3.Op{clientv3.OpPut(key, val), s.touch(c.Pool)}
 	puts := s.keys.owners(c)
 	for _, k := range puts {
 		then = append(then, clientv3.OpPut(k, val))
@@ -500,7 +502,7 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 	if err != nil {
 		return claimError("delete", pool, ip, key, err)
 	}
-	then := []clientv3.Op{clientv3.OpDelete(key)}
+	then := []clientv3.Op{clientv3.OpDelete(key), s.touch(pool)}
 	for _, k := range s.keys.owners(old) {
 		then = append(then, clientv3.OpDelete(k))
 	}
@@ -593,6 +595,28 @@ func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, e
 		return out, fmt.Errorf("etcdstore: owned %s: %w", q, err)
 	}
 	return out, nil
+}
+
+// touch returns the write that changes pool's version: a put, without a
+// comparison, of the pool's version key, in every transaction that writes
+// a claim of the pool.
+func (s *Store) touch(pool string) clientv3.Op {
+	return clientv3.OpPut(s.keys.version(pool), "")
+}
+
+// PoolVersion returns the version of pool's claims: the revision of the last
+// transaction that created, updated or deleted one of them, through any
+// client (0 if none did), with one linearizable read.
+func (s *Store) PoolVersion(ctx context.Context, pool string) (uint64, error) {
+	key := s.keys.version(pool)
+	resp, err := s.get(ctx, key, clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, fmt.Errorf("etcdstore: pool version %s (key %q): %w", pool, key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return uint64(resp.Kvs[0].ModRevision), nil
 }
 
 // Cursor returns the last address recorded for pool, or the zero Addr if

@@ -12,9 +12,10 @@ import (
 
 // The key layout is described in the package documentation.
 const (
-	claimsDir  = "claims/"
-	cursorsDir = "cursors/"
-	ownersDir  = "owners/"
+	claimsDir   = "claims/"
+	cursorsDir  = "cursors/"
+	ownersDir   = "owners/"
+	versionsDir = "versions/"
 )
 
 // keys builds and parses the keys of one Store's prefix.
@@ -118,6 +119,12 @@ func (k keys) claim(pool string, ip netip.Addr) string {
 // cursor is the key of pool's cursor.
 func (k keys) cursor(pool string) string {
 	return k.prefix + cursorsDir + escape(pool)
+}
+
+// version is the key whose ModRevision is pool's version
+// (store.PoolVersioner).
+func (k keys) version(pool string) string {
+	return k.prefix + versionsDir + escape(pool)
 }
 
 // identity is the prefix of the owner keys of one identity (q's Kind and

@@ -313,6 +313,7 @@ func storeCalls(s *etcdstore.Store) []storeCall {
 		{"Owned", `uid "uid-unavailable"`, func(ctx context.Context) error { _, err := s.Owned(ctx, store.ByUID("uid-unavailable")); return err }},
 		{"Cursor", "cursor blue", func(ctx context.Context) error { _, err := s.Cursor(ctx, "blue"); return err }},
 		{"SetCursor", "cursor blue to 10.9.0.1", func(ctx context.Context) error { return s.SetCursor(ctx, "blue", ip) }},
+		{"PoolVersion", "pool version blue", func(ctx context.Context) error { _, err := s.PoolVersion(ctx, "blue"); return err }},
 	}
 }
 
@@ -347,6 +348,8 @@ func TestKeyLayout(t *testing.T) {
 		"owners/container/def/6//green%2Fx/20010db8000000000000000000000001",
 		"owners/name/ns%2Fdb-0/4/eth0/blue/0a000007",
 		"owners/uid/1234/4/eth0/blue/0a000007",
+		"versions/blue",
+		"versions/green%2Fx",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("keys under the prefix (-want +got):\n%s", diff)
