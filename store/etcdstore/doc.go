@@ -71,8 +71,8 @@
 //
 // # Unavailability
 //
-// Every request to etcd is bounded by its context, or by Options.Timeout
-// when the context has no deadline. A cluster without quorum does not refuse
+// Every request to etcd is bounded by Options.Timeout, and by its context's
+// deadline when that comes sooner. A cluster without quorum does not refuse
 // requests, it leaves them waiting: such a request fails when its time runs
 // out, with an error wrapping ErrUnavailable and the cause
 // (context.DeadlineExceeded, etcd's "no leader", a refused connection). A

@@ -19,7 +19,7 @@ var (
 	// ErrUnavailable is wrapped by the error of every call that could not
 	// reach a quorum of the cluster before its deadline: no member answered,
 	// the members have no leader, the connection was refused or broke, or
-	// the call's context (or Options.Timeout) expired on the way. The error
+	// the call's context or Options.Timeout expired on the way. The error
 	// also wraps the cause, such as context.DeadlineExceeded. Such a call
 	// may or may not have been applied: a write whose answer was lost on
 	// the way back is in the store all the same. A caller tries again later

@@ -147,18 +147,16 @@ func keepDetail(ctx context.Context, method string, req, reply any, cc *grpc.Cli
 	return err
 }
 
-// do runs one request to etcd, f, with ctx bounded by the Store's timeout if
-// it has no deadline, and returns f's error as callError makes it. A context
-// that is done already fails without a request.
+// do runs one request to etcd, f, with ctx bounded by the Store's timeout
+// (or by ctx's deadline if that comes sooner), and returns f's error as
+// callError makes it. A context that is done already fails without a
+// request.
 func (s *Store) do(ctx context.Context, f func(ctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return callError(err, nil, "")
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	slot := new(detailSlot)
 	if err := f(context.WithValue(ctx, detailKey{}, slot)); err != nil {
 		return callError(err, slot.err, s.note.get())

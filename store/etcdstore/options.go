@@ -19,7 +19,7 @@ import (
 const (
 	// DefaultPrefix is the key prefix of a Store whose Options.Prefix is empty.
 	DefaultPrefix = "/ipam/"
-	// DefaultTimeout bounds each request whose context has no deadline.
+	// DefaultTimeout bounds each request (Options.Timeout).
 	DefaultTimeout = 5 * time.Second
 	// DefaultDialTimeout bounds each attempt to connect to an endpoint.
 	DefaultDialTimeout = 2 * time.Second
@@ -58,8 +58,11 @@ type Options struct {
 	// TLS). Zero means DefaultDialTimeout. Connecting does not block New:
 	// the first request waits for it.
 	DialTimeout time.Duration
-	// Timeout bounds each request to etcd made with a context that has no
-	// deadline. Zero means DefaultTimeout. A request that runs out of time,
+	// Timeout bounds each request to etcd, whatever the deadline of the
+	// caller's context (which bounds it too when it comes sooner): a
+	// cluster without quorum leaves requests waiting, and a caller with a
+	// long deadline, such as a CNI plugin's, learns of it after Timeout
+	// instead. Zero means DefaultTimeout. A request that runs out of time,
 	// its caller's or this, fails with ErrUnavailable.
 	Timeout time.Duration
 	// ListPageSize is how many keys List and Watch read per request, all

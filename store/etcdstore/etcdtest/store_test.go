@@ -250,7 +250,7 @@ func TestErrorsNameTheClaim(t *testing.T) {
 }
 
 // With no member reachable, every call fails with ErrUnavailable within its
-// deadline, or within Options.Timeout when its context has none, and the
+// deadline, or within Options.Timeout when that comes sooner, and the
 // error names the claim.
 func TestUnreachable(t *testing.T) {
 	p := newProxy(t, single.Members[0].ClientURL()[len("http://"):])
@@ -262,7 +262,8 @@ func TestUnreachable(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	var wg sync.WaitGroup
-	for _, ctx := range []context.Context{context.Background(), deadline(t, 200*time.Millisecond)} {
+	// No deadline, one sooner than the timeout, and one much later.
+	for _, ctx := range []context.Context{context.Background(), deadline(t, 200*time.Millisecond), deadline(t, time.Minute)} {
 		for _, call := range storeCalls(s) {
 			wg.Go(func() {
 				start := time.Now()
