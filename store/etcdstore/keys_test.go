@@ -149,3 +149,31 @@ func TestParseOwnerKey(t *testing.T) {
 		}
 	}
 }
+
+// FuzzKeys: escaping round-trips and never leaves a "/", and parsing any key
+// never panics and gives back what a claim key was built from.
+func FuzzKeys(f *testing.F) {
+	f.Add("blue", "10.0.0.1", "/p/claims/blue/4/0a000001")
+	f.Add("a/b%c", "2001:db8::1", "/p/claims/a%2Fb%25c/6/20010db8000000000000000000000001")
+	f.Add("", "::ffff:1.2.3.4", "/p/owners/uid/u/4/eth0/blue/0a000001")
+	f.Fuzz(func(t *testing.T, pool, addr, key string) {
+		k := keys{prefix: "/p/"}
+		e := escape(pool)
+		if strings.Contains(e, "/") {
+			t.Fatalf("escape(%q) = %q", pool, e)
+		}
+		if got, err := unescape(e); err != nil || got != pool {
+			t.Fatalf("unescape(escape(%q)) = %q, %v", pool, got, err)
+		}
+		k.parseClaimKey(key) // must not panic
+		k.parseOwnerKey(key)
+		ip, err := netip.ParseAddr(addr)
+		if err != nil || ip.Zone() != "" || pool == "" {
+			return
+		}
+		gotPool, gotIP, err := k.parseClaimKey(k.claim(pool, ip))
+		if err != nil || gotPool != pool || gotIP != ip {
+			t.Fatalf("parseClaimKey(claim(%q, %s)) = %q, %s, %v", pool, ip, gotPool, gotIP, err)
+		}
+	})
+}
