@@ -2,6 +2,7 @@ package ipam
 
 import (
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -41,6 +42,14 @@ type Options struct {
 	// each Allocator in memory: it holds back the releases this Allocator
 	// made or learnt of. Zero means none.
 	Quarantine time.Duration
+	// Spread, when not empty (a node's or an agent's name), starts this
+	// Allocator's round-robin in each pool at a place worked out from it,
+	// instead of after the Store's cursor, and keeps the place as its own:
+	// Allocators with different Spread values that share a pool (agents of
+	// many nodes on etcd or the Kubernetes API) then claim from different
+	// parts of it and seldom race for one address. Empty means host-local's
+	// round-robin: from the Store's last reserved address.
+	Spread string
 }
 
 // Validate reports whether the options can make an Allocator.
@@ -233,6 +242,8 @@ type Allocator struct {
 	cursors store.Cursors          // nil if the Store keeps none
 	excl    store.ExclusiveCreator // nil if the Store cannot check owners as it creates
 	vers    store.PoolVersioner    // nil if the Store has no pool versions
+	ordered bool                   // the Store's revisions follow its writes (store.OrderedRevisions)
+	spread  uint64                 // hash of Options.Spread; 0 without
 	log     *slog.Logger
 	quarant time.Duration
 
@@ -258,7 +269,15 @@ func NewAllocator(opts Options) (*Allocator, error) {
 	a.cursors, _ = a.store.(store.Cursors)
 	a.excl, _ = a.store.(store.ExclusiveCreator)
 	a.vers, _ = a.store.(store.PoolVersioner)
+	if o, ok := a.store.(store.OrderedRevisions); ok {
+		a.ordered = o.RevisionsOrdered()
+	}
 	_, a.static = a.source.(*Catalog)
+	if opts.Spread != "" {
+		h := fnv.New64a()
+		h.Write([]byte(opts.Spread))
+		a.spread = h.Sum64() | 1 // never 0
+	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
