@@ -45,6 +45,10 @@ type config struct {
 	// Etcd is the ipam.etcd section: the claims live in etcd instead of the
 	// state directory (see etcd.go). Nil if absent.
 	Etcd json.RawMessage
+	// Kubernetes is the ipam.kubernetes section: the claims live in the
+	// cluster's API as IPClaims, and the pools are its SpiderIPPools (see
+	// kube.go). Nil if absent.
+	Kubernetes json.RawMessage
 	// Pod is the pod the K8S_POD_* CNI_ARGS name, if any.
 	Pod podArgs
 
@@ -162,6 +166,7 @@ type ipamConf struct {
 	ResolvConf string            `json:"resolvConf"`
 	Routes     []ipam.Route      `json:"routes"`
 	Etcd       json.RawMessage   `json:"etcd"`
+	Kubernetes json.RawMessage   `json:"kubernetes"`
 	ipam.NetConf
 }
 
@@ -202,16 +207,19 @@ func loadConfig(stdin []byte, cniArgs string) (*config, error) {
 	}
 	var c *config
 	var err error
-	if len(ic.Pools) > 0 {
+	switch {
+	case present(ic.Kubernetes):
+		c, err = loadKubernetes(&sc, &ic, cniArgs)
+	case len(ic.Pools) > 0:
 		c, err = loadPools(&sc, &ic, cniArgs)
-	} else {
+	default:
 		c, err = loadRanges(stdin, cniArgs, &ic)
 	}
 	if err != nil {
 		return nil, err
 	}
 	c.Pod = parsePodArgs(cniArgs)
-	if len(ic.Etcd) > 0 && string(ic.Etcd) != "null" {
+	if present(ic.Etcd) {
 		if ic.DataDir != "" {
 			return nil, &codedError{types.ErrInvalidNetworkConfig,
 				errors.New("ipam: etcd and dataDir are mutually exclusive: the claims live in one or the other")}
@@ -291,6 +299,38 @@ func (c *config) userText(s string) string {
 		s = strings.ReplaceAll(s, name, set)
 	}
 	return s
+}
+
+// present reports whether a section is in the config: not absent, not null.
+func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
+// loadKubernetes reads the Spiderpool form whose pools and claims live in a
+// cluster (ipam.kubernetes): the defaults, with no pools, ranges, state
+// directory or etcd section beside it.
+func loadKubernetes(sc *stdinConf, ic *ipamConf, cniArgs string) (*config, error) {
+	invalid := func(format string, args ...any) error {
+		return &codedError{types.ErrInvalidNetworkConfig, fmt.Errorf(format, args...)}
+	}
+	switch {
+	case len(ic.Pools) > 0, ic.Subnet != "", hasItems(ic.Ranges), hasItems(sc.RuntimeConfig.IPRanges):
+		return nil, invalid("ipam: kubernetes takes the cluster's SpiderIPPools: ipam.pools and ranges (ipam.ranges, ipam.subnet, runtimeConfig.ipRanges) cannot be given with it")
+	case ic.DataDir != "" || present(ic.Etcd):
+		return nil, invalid("ipam: kubernetes, etcd and dataDir are mutually exclusive: the claims live in one of them")
+	}
+	if ip, err := hostlocal.ParseArgs(ignoreUnknown(cniArgs)); err != nil {
+		return nil, &codedError{types.ErrInvalidEnvironmentVariables, fmt.Errorf("CNI_ARGS: %s", trimPkg(err))}
+	} else if ip.IsValid() || len(sc.Args.CNI.IPs) > 0 || len(sc.RuntimeConfig.IPs) > 0 {
+		return nil, invalid("ipam: requested IPs (CNI_ARGS IP, args.cni.ips, runtimeConfig.ips) need ipam.ranges; with ipam.kubernetes the pools are chosen as Spiderpool chooses them")
+	}
+	return &config{
+		CNIVersion: sc.CNIVersion,
+		Name:       sc.Name,
+		Selects:    true,
+		NetConf:    ic.NetConf,
+		Routes:     ic.Routes,
+		ResolvConf: ic.ResolvConf,
+		Kubernetes: ic.Kubernetes,
+	}, nil
 }
 
 // loadPools reads the Spiderpool form: named pools inline, and the defaults.

@@ -46,6 +46,17 @@ type session struct {
 	cfg   *config
 	store store.Store
 	alloc *ipam.Allocator
+	// cluster is the cluster of the ipam.kubernetes section, nil without
+	// one.
+	cluster cluster
+}
+
+// cluster is a Kubernetes cluster that holds a network's pools and claims
+// (the ipam.kubernetes section, kube.go).
+type cluster interface {
+	// request returns the request of the pod that CNI_ARGS names, read
+	// from the cluster, for interface ifname of container containerID.
+	request(ctx context.Context, pod podArgs, containerID, ifname string, nc ipam.NetConf) (ipam.Request, error)
 }
 
 // run loads the configuration, opens the store and calls do, all within the
@@ -59,12 +70,20 @@ func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session
 	}
 	var st store.Store
 	var closer io.Closer
-	if cfg.Etcd != nil {
+	var pools ipam.PoolSource = cat
+	var cl cluster
+	switch {
+	case cfg.Kubernetes != nil:
+		st, pools, cl, err = openKubernetes(ctx, cfg.Kubernetes, p.warn)
+		closer = io.NopCloser(nil)
+	case cfg.Etcd != nil:
 		st, closer, err = openEtcd(cfg.Etcd, cfg.Name)
-	} else if st, closer, err = p.openCtx(ctx, cfg.Dir(), locs); err != nil {
-		err = fmt.Errorf("opening state directory %s: %w", cfg.Dir(), err)
-		if ctx.Err() == nil {
-			err = &codedError{types.ErrIOFailure, err}
+	default:
+		if st, closer, err = p.openCtx(ctx, cfg.Dir(), locs); err != nil {
+			err = fmt.Errorf("opening state directory %s: %w", cfg.Dir(), err)
+			if ctx.Err() == nil {
+				err = &codedError{types.ErrIOFailure, err}
+			}
 		}
 	}
 	if err != nil {
@@ -79,11 +98,11 @@ func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session
 		}
 		closer.Close()
 	}()
-	alloc, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
+	alloc, err := ipam.NewAllocator(ipam.Options{Pools: pools, Store: st})
 	if err != nil {
 		return toCNI(cfg, err)
 	}
-	if err := do(ctx, &session{cfg: cfg, store: st, alloc: alloc}); err != nil {
+	if err := do(ctx, &session{cfg: cfg, store: st, alloc: alloc, cluster: cl}); err != nil {
 		return toCNI(cfg, err)
 	}
 	return nil
@@ -141,14 +160,23 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 		c := s.cfg
 		req := ipam.Request{ContainerID: args.ContainerID}
 		ifc := ipam.Interface{Name: args.IfName}
-		if c.Selects {
+		switch {
+		case s.cluster != nil:
+			// The pod as the cluster has it: its UID is the owner, its
+			// labels, annotations, namespace and node feed the selection.
+			var err error
+			if req, err = s.cluster.request(ctx, c.Pod, args.ContainerID, args.IfName, c.NetConf); err != nil {
+				return err
+			}
+			ifc = req.Interfaces[0]
+		case c.Selects:
 			// The Spiderpool form: the pools come from the selection
 			// pipeline. The owner stays the container ID (the state
 			// directory records no pod UID); the pod's namespace and name
 			// feed the filters.
 			req.Namespace, req.Name, req.NetConf = c.Pod.Namespace, c.Pod.Name, c.NetConf
 			req.Node, _ = os.Hostname()
-		} else {
+		default:
 			ifc.Pools, ifc.IPs = c.PoolNames(), c.Requested
 		}
 		req.Interfaces = []ipam.Interface{ifc}
@@ -156,6 +184,10 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 		if err != nil {
 			return err
 		}
+		// A pod's ipam.spidernet.io/ippools annotation may have the
+		// library serve its other interfaces too; this call answers for
+		// its own.
+		res.IPs = slices.DeleteFunc(res.IPs, func(x ipam.IPConfig) bool { return x.Interface != args.IfName })
 		out, err := result(c, res)
 		if err != nil {
 			return err
@@ -219,6 +251,9 @@ func ipNet(p netip.Prefix) net.IPNet {
 func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 	return p.run(args, func(ctx context.Context, s *session) error {
 		owner := store.Owner{ContainerID: args.ContainerID, Interface: args.IfName}
+		if s.cluster != nil {
+			return releaseUnstable(ctx, s, owner)
+		}
 		if s.cfg.PrevResult != nil {
 			done, err := releaseListed(ctx, s, owner)
 			if err != nil || done {
@@ -227,6 +262,26 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 		}
 		return s.alloc.Release(ctx, owner)
 	})
+}
+
+// releaseUnstable releases what owner holds in a cluster, but for the
+// claims of a StatefulSet's pod, which its next incarnation takes over: the
+// garbage collector (k8s/kubegc) releases those once the pod is no longer a
+// valid member. Each claim is released at the revision it was read at.
+func releaseUnstable(ctx context.Context, s *session, owner store.Owner) error {
+	held, err := s.alloc.Lookup(ctx, owner)
+	if err != nil {
+		return err
+	}
+	for _, c := range held {
+		if c.Owner.Stable {
+			continue
+		}
+		if err := s.alloc.ReleaseClaim(ctx, c); err != nil && !errors.Is(err, ipam.ErrNotFound) && !errors.Is(err, ipam.ErrConflict) {
+			return err
+		}
+	}
+	return nil
 }
 
 // releaseListed releases the addresses of prevResult that owner holds, each
@@ -316,6 +371,11 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) error {
 		if s.cfg.ValidAttachments == nil {
 			return nil
 		}
+		if s.cluster != nil {
+			// The list names this node's attachments; the claims are the
+			// whole cluster's, and the garbage collector's business.
+			return nil
+		}
 		valid := make(map[types.GCAttachment]bool, len(s.cfg.ValidAttachments))
 		ids := make(map[string]bool, len(s.cfg.ValidAttachments))
 		for _, a := range s.cfg.ValidAttachments {
@@ -360,6 +420,9 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
 	if cfg.Etcd != nil {
 		return etcdStatus(cfg.Etcd, cfg.Name, cfg.Pools, p.timeout)
 	}
+	if cfg.Kubernetes != nil {
+		return kubernetesStatus(cfg.Kubernetes, p.timeout)
+	}
 	if err := usableDir(cfg.Dir()); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("state directory %s: %v", cfg.Dir(), err), "")
 	}
@@ -400,7 +463,7 @@ func cniError(c *config, err error) *types.Error {
 	}
 	switch {
 	case errors.Is(err, store.ErrConflict), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
-		etcdUnavailable(err):
+		etcdUnavailable(err), kubernetesUnavailable(err):
 		return types.NewError(types.ErrTryAgainLater, "try again later: "+err.Error(), details)
 	case errors.Is(err, ipam.ErrInvalid), errors.Is(err, ipam.ErrNotFound):
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), details)

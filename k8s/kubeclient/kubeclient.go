@@ -22,7 +22,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ipamkit/ipam/k8s/internal/kubeerr"
 )
+
+// ErrUnavailable is returned (wrapped) by every call that could not get an
+// answer from the API server: it cannot be reached, it answered that it is
+// overloaded or failing (429, 5xx), or the call's context ended first. It
+// is the same error as kubestore.ErrUnavailable.
+var ErrUnavailable = kubeerr.ErrUnavailable
 
 // scheme holds the kinds the clients decode.
 var scheme = func() *runtime.Scheme {
@@ -104,7 +112,9 @@ func (c *Client) Core() rest.Interface { return c.core }
 func (c *Client) Apps() rest.Interface { return c.apps }
 
 // Pod reads pod namespace/name from the API server (a quorum read). It
-// returns nil and no error if there is no such pod.
+// returns nil and no error if there is no such pod. Like every method of
+// Client, it returns an error wrapping ErrUnavailable when the server gives
+// no usable answer within ctx.
 func (c *Client) Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	return get(ctx, c.core, &corev1.Pod{}, "pods", namespace, name)
 }
@@ -140,7 +150,7 @@ func get[T runtime.Object](ctx context.Context, c *rest.RESTClient, into T, reso
 		if namespace != "" {
 			what = resource + " " + namespace + "/" + name
 		}
-		return zero, fmt.Errorf("kubeclient: get %s: %w", what, err)
+		return zero, fmt.Errorf("kubeclient: get %s: %w", what, kubeerr.Wrap(ctx, err))
 	}
 	return into, nil
 }
@@ -189,7 +199,7 @@ func list[L any, PL interface {
 		var l PL = new(L)
 		err := c.Get().Resource(resource).VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Into(l)
 		if err != nil {
-			return nil, fmt.Errorf("kubeclient: list %s: %w", resource, err)
+			return nil, fmt.Errorf("kubeclient: list %s: %w", resource, kubeerr.Wrap(ctx, err))
 		}
 		page, cont := items(l)
 		out = append(out, page...)

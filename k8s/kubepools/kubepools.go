@@ -53,6 +53,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/k8s/internal/kubeerr"
 )
 
 // The resources Source follows.
@@ -169,7 +170,8 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 // objects of one list of each, made within ctx: for a program that
 // allocates once and exits, such as a CNI plugin, where informers would
 // cost a watch it never uses. Invalid objects are skipped and logged as by
-// New. The Source does not change afterwards; Run and WaitForSync are not
+// New. When the API server gives no usable answer within ctx, the error
+// wraps kubestore.ErrUnavailable (kubeclient.ErrUnavailable). The Source does not change afterwards; Run and WaitForSync are not
 // for it.
 func Load(ctx context.Context, cfg *rest.Config, opts Options) (*Source, error) {
 	s, err := newSource(cfg, opts)
@@ -179,7 +181,7 @@ func Load(ctx context.Context, cfg *rest.Config, opts Options) (*Source, error) 
 	for i, gvr := range resources {
 		list, err := s.dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("kubepools: listing %s: %w", gvr.Resource, err)
+			return nil, fmt.Errorf("kubepools: listing %s: %w", gvr.Resource, kubeerr.Wrap(ctx, err))
 		}
 		for j := range list.Items {
 			s.update(i, &list.Items[j], false)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
+	"github.com/ipamkit/ipam/k8s/internal/kubeerr"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -28,14 +28,19 @@ import (
 // answered (the error then wraps the context's error too). A write that
 // fails so may or may not have been applied; a reader finds out with Get or
 // Owned once the server is back.
-var ErrUnavailable = errors.New("kubernetes API server unavailable")
+//
+// It is the same error as kubeclient.ErrUnavailable, which the module's
+// other packages return.
+var ErrUnavailable = kubeerr.ErrUnavailable
 
 // Compile-time checks that *Store provides the contract and its capabilities.
 var (
-	_ store.Store         = (*Store)(nil)
-	_ store.Cursors       = (*Store)(nil)
-	_ store.CursorCreator = (*Store)(nil)
-	_ store.Watcher       = (*Store)(nil)
+	_ store.Store            = (*Store)(nil)
+	_ store.Cursors          = (*Store)(nil)
+	_ store.CursorCreator    = (*Store)(nil)
+	_ store.Watcher          = (*Store)(nil)
+	_ store.OwnedAtLeast     = (*Store)(nil)
+	_ store.OrderedRevisions = (*Store)(nil)
 )
 
 // Options configure a Store. The zero Options are the usual ones.
@@ -155,13 +160,33 @@ func (s *Store) List(ctx context.Context, pool string) ([]store.Claim, error) {
 // the number of claims in the cluster; what travels is the owner's claims
 // only.
 func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
+	return s.owned(ctx, q, 0)
+}
+
+// OwnedAtLeast returns the claims q matches as the API server's watch cache
+// of IPClaims holds them once it has caught up with revision rev, a
+// revision this Store returned (a list with resourceVersion rev and
+// resourceVersionMatch NotOlderThan): every write up to rev is in the
+// answer, and perhaps later ones. Unlike Owned, it does not wait for the
+// cache to catch up with etcd's current revision, which the cache learns of
+// from a progress notification when the newest writes are to other
+// resources (up to 100 ms, see the package documentation): the cache
+// reaches rev as soon as the watch brings it the write of rev. A rev of 0
+// or less asks for what Owned gives.
+func (s *Store) OwnedAtLeast(ctx context.Context, q store.OwnerQuery, rev int64) ([]store.Claim, error) {
+	return s.owned(ctx, q, rev)
+}
+
+// owned is Owned with a consistent list (rev <= 0), OwnedAtLeast with a
+// list not older than rev.
+func (s *Store) owned(ctx context.Context, q store.OwnerQuery, rev int64) ([]store.Claim, error) {
 	if err := q.Validate(); err != nil {
 		return nil, fmt.Errorf("kubestore: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("kubestore: owned %s: %w", q, err)
 	}
-	claims, err := s.listClaims(ctx, ownerSelector(q), q.Matches)
+	claims, err := s.listClaimsAt(ctx, ownerSelector(q), rev, q.Matches)
 	if err != nil && !errors.Is(err, store.ErrCorrupt) {
 		return nil, s.fail(ctx, "owned", q.String(), "", err)
 	}
@@ -170,6 +195,13 @@ func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, e
 	}
 	return claims, err
 }
+
+// RevisionsOrdered reports true: a claim's Revision is the resourceVersion
+// of its object, which the API server's etcd3 storage sets to etcd's
+// revision of the write, a counter of every write to the store, so that a
+// claim written after another has a higher Revision, whichever client wrote
+// them (see the package documentation).
+func (s *Store) RevisionsOrdered() bool { return true }
 
 // ownerSelector is the label selector of the claims of q's identity.
 func ownerSelector(q store.OwnerQuery) string {
@@ -189,7 +221,13 @@ func ownerSelector(q store.OwnerQuery) string {
 // whose labels disagree with it (errors.Join of them, which wraps
 // store.ErrCorrupt). Any other error is the request's.
 func (s *Store) listClaims(ctx context.Context, selector string, keep func(store.Claim) bool) ([]store.Claim, error) {
-	list, err := s.list(ctx, ClaimResource, selector)
+	return s.listClaimsAt(ctx, selector, 0, keep)
+}
+
+// listClaimsAt is listClaims from a list not older than revision rev, or a
+// consistent one if rev <= 0.
+func (s *Store) listClaimsAt(ctx context.Context, selector string, rev int64, keep func(store.Claim) bool) ([]store.Claim, error) {
+	list, err := s.list(ctx, ClaimResource, selector, rev)
 	if err != nil {
 		return nil, err
 	}
@@ -212,9 +250,14 @@ func (s *Store) listClaims(ctx context.Context, selector string, keep func(store
 	return claims, errors.Join(bad...)
 }
 
-// list makes a consistent list of resource with a label selector.
-func (s *Store) list(ctx context.Context, resource, selector string) (*objectList, error) {
-	raw, err := s.do(ctx, s.client.Get().Resource(resource).Param("labelSelector", selector))
+// list lists resource with a label selector: a consistent list if rev <=
+// 0, else one not older than revision rev.
+func (s *Store) list(ctx context.Context, resource, selector string, rev int64) (*objectList, error) {
+	req := s.client.Get().Resource(resource).Param("labelSelector", selector)
+	if rev > 0 {
+		req = req.Param("resourceVersion", formatRevision(rev)).Param("resourceVersionMatch", "NotOlderThan")
+	}
+	raw, err := s.do(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +425,7 @@ func (s *Store) fail(ctx context.Context, op, key, name string, err error) error
 		sentinel = store.ErrConflict
 	case name != "" && isObjectNotFound(err, name):
 		sentinel = store.ErrNotFound
-	case unavailable(ctx, err):
+	case kubeerr.Unavailable(ctx, err):
 		sentinel = ErrUnavailable
 		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 			err = fmt.Errorf("%w (%w)", cerr, err)
@@ -403,22 +446,6 @@ func isObjectNotFound(err error, name string) bool {
 	}
 	d := st.Status().Details
 	return d != nil && d.Name == name
-}
-
-// unavailable reports whether err means the server gave no usable answer.
-func unavailable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil {
-		return true
-	}
-	var st apierrors.APIStatus
-	if !errors.As(err, &st) {
-		return true // no answer: refused, reset, timed out
-	}
-	switch code := st.Status().Code; {
-	case code == http.StatusTooManyRequests, code >= 500:
-		return true
-	}
-	return false
 }
 
 // uidCache remembers the UID of objects this Store has written or read, at

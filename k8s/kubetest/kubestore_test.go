@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -171,5 +172,35 @@ func TestBadObjects(t *testing.T) {
 	slices.SortFunc(got, netip.Addr.Compare)
 	if want := []netip.Addr{netip.MustParseAddr("10.0.0.4"), netip.MustParseAddr("10.0.0.6")}; !slices.Equal(got, want) {
 		t.Fatalf("the Allocator handed out %v, want %v", got, want)
+	}
+}
+
+// TestOwnedAtLeast: right after a create through one Store, another Store's
+// OwnedAtLeast at the create's revision has the claim, from goroutines at
+// once; a revision of 0 asks for a consistent list.
+func TestOwnedAtLeast(t *testing.T) {
+	emptyBackend(t)
+	writer, reader := newStore(t), newStore(t)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for r := range 10 {
+				o := store.Owner{UID: fmt.Sprintf("at-least-%d-%d", g, r), Interface: "eth0"}
+				c, err := writer.Create(t.Context(), store.Claim{Pool: "atleast", IP: netip.AddrFrom4([4]byte{10, 66, byte(g), byte(r)}), Owner: o})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got, err := reader.OwnedAtLeast(t.Context(), o.Query(), c.Revision)
+				if err != nil || len(got) != 1 || got[0].Revision != c.Revision {
+					t.Errorf("OwnedAtLeast(%s, %d) = %v, %v; want the claim just made", o.Query(), c.Revision, got, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	o := store.Owner{UID: "at-least-0-0", Interface: "eth0"}
+	if got, err := reader.OwnedAtLeast(t.Context(), o.Query(), 0); err != nil || len(got) != 1 {
+		t.Errorf("OwnedAtLeast(%s, 0) = %v, %v; want the claim", o.Query(), got, err)
 	}
 }

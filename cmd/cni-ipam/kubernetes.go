@@ -1,0 +1,154 @@
+//go:build kubernetes
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/k8s"
+	"github.com/ipamkit/ipam/k8s/kubeclient"
+	"github.com/ipamkit/ipam/k8s/kubepools"
+	"github.com/ipamkit/ipam/k8s/kubestore"
+	"github.com/ipamkit/ipam/store"
+)
+
+// The ipam.kubernetes section puts the network's claims in the cluster's
+// API, as IPClaim objects (k8s/kubestore), and takes its pools from the
+// cluster's SpiderIPPools and SpiderReservedIPs (k8s/kubepools), read once
+// per call. The pod is read from the cluster too: its UID owns the claims,
+// and its labels and annotations, its namespace's and its node's labels
+// choose the pools, as Spiderpool chooses them.
+//
+// This file is built with -tags kubernetes only: the Kubernetes client's
+// packages make every start of the plugin slower, and a plugin built
+// without them refuses the section (kubernetes_none.go).
+
+// kubernetesConfig is the ipam.kubernetes section.
+type kubernetesConfig struct {
+	// Kubeconfig is the path of a kubeconfig file; empty means the
+	// service account of the pod the plugin runs in (in-cluster).
+	Kubeconfig string `json:"kubeconfig"`
+	// QPS and Burst are the client's rate limits; zero keeps client-go's
+	// (5 and 10), which one call does not reach.
+	QPS   float32 `json:"qps"`
+	Burst int     `json:"burst"`
+}
+
+// restConfig reads the section and finds the cluster it names.
+func restConfig(raw json.RawMessage) (*rest.Config, error) {
+	var kc kubernetesConfig
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&kc); err != nil {
+		return nil, decodeError(fmt.Errorf("ipam.kubernetes: %w", err))
+	}
+	if kc.QPS < 0 || kc.Burst < 0 {
+		return nil, &codedError{types.ErrInvalidNetworkConfig, fmt.Errorf("ipam.kubernetes: qps %v, burst %d: negative", kc.QPS, kc.Burst)}
+	}
+	cfg, err := kubeclient.Config(kc.Kubeconfig)
+	if err != nil {
+		return nil, &codedError{types.ErrInvalidNetworkConfig, fmt.Errorf("ipam.kubernetes: %w", err)}
+	}
+	if kc.QPS != 0 {
+		cfg.QPS = kc.QPS
+	}
+	if kc.Burst != 0 {
+		cfg.Burst = kc.Burst
+	}
+	cfg.UserAgent = "cni-ipam"
+	return cfg, nil
+}
+
+// openKubernetes opens the claims and reads the pools of the cluster the
+// section names.
+func openKubernetes(ctx context.Context, raw json.RawMessage, warn io.Writer) (store.Store, ipam.PoolSource, cluster, error) {
+	cfg, err := restConfig(raw)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st, err := kubestore.New(cfg, kubestore.Options{})
+	if err != nil {
+		return nil, nil, nil, &codedError{types.ErrInvalidNetworkConfig, err}
+	}
+	// Invalid pools are skipped, and said on stderr, which the runtime logs.
+	log := slog.New(slog.NewTextHandler(warn, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	pools, err := kubepools.Load(ctx, cfg, kubepools.Options{Logger: log})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := kubeclient.New(cfg)
+	if err != nil {
+		return nil, nil, nil, &codedError{types.ErrInvalidNetworkConfig, err}
+	}
+	return st, pools, &kubeCluster{c}, nil
+}
+
+// kubeCluster reads pods from a cluster.
+type kubeCluster struct{ c *kubeclient.Client }
+
+func (k *kubeCluster) request(ctx context.Context, pod podArgs, containerID, ifname string, nc ipam.NetConf) (ipam.Request, error) {
+	if pod.Namespace == "" || pod.Name == "" {
+		return ipam.Request{}, &codedError{types.ErrInvalidEnvironmentVariables,
+			errors.New("CNI_ARGS: K8S_POD_NAMESPACE and K8S_POD_NAME are needed with ipam.kubernetes")}
+	}
+	p, err := k.c.Pod(ctx, pod.Namespace, pod.Name)
+	switch {
+	case err != nil:
+		return ipam.Request{}, err
+	case p == nil:
+		return ipam.Request{}, fmt.Errorf("pod %s/%s does not exist", pod.Namespace, pod.Name)
+	case pod.UID != "" && string(p.UID) != pod.UID:
+		return ipam.Request{}, fmt.Errorf("pod %s/%s has uid %s, not K8S_POD_UID %s: the pod was replaced", pod.Namespace, pod.Name, p.UID, pod.UID)
+	}
+	ns, err := k.c.Namespace(ctx, p.Namespace)
+	if err != nil {
+		return ipam.Request{}, err
+	}
+	var n *corev1.Node
+	if p.Spec.NodeName != "" {
+		if n, err = k.c.Node(ctx, p.Spec.NodeName); err != nil {
+			return ipam.Request{}, err
+		}
+	}
+	req := k8s.Request(p, ns, n, ipam.Interface{Name: ifname})
+	req.ContainerID = containerID
+	req.NetConf = nc
+	return req, nil
+}
+
+// kubernetesStatus reports whether the API server answers, and serves
+// IPClaims, within limit: a read of a claim that does not exist.
+func kubernetesStatus(raw json.RawMessage, limit time.Duration) error {
+	cfg, err := restConfig(raw)
+	if err != nil {
+		return toCNI(nil, err)
+	}
+	st, err := kubestore.New(cfg, kubestore.Options{})
+	if err != nil {
+		return toCNI(nil, &codedError{types.ErrInvalidNetworkConfig, err})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	_, err = st.Get(ctx, "cni-ipam-status", netip.IPv4Unspecified())
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
+	}
+	return nil
+}
+
+// kubernetesUnavailable reports whether err says that the API server gave
+// no usable answer in time: CNI code 11, try again later.
+func kubernetesUnavailable(err error) bool { return errors.Is(err, kubestore.ErrUnavailable) }

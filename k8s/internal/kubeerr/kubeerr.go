@@ -1,0 +1,50 @@
+// Package kubeerr holds the error the k8s module's packages return when the
+// API server gives no usable answer, so that they all return the same one
+// (kubestore.ErrUnavailable, kubeclient.ErrUnavailable).
+package kubeerr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// ErrUnavailable: the API server cannot be reached, answered that it is
+// overloaded or failing (429, 5xx), or the call's context ended first.
+var ErrUnavailable = errors.New("kubernetes API server unavailable")
+
+// Unavailable reports whether err, the error of a request made with ctx,
+// means the server gave no usable answer.
+func Unavailable(ctx context.Context, err error) bool {
+	if err == nil {
+		return false
+	}
+	if ctx.Err() != nil {
+		return true
+	}
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) {
+		return true // no answer: refused, reset, timed out
+	}
+	switch code := st.Status().Code; {
+	case code == http.StatusTooManyRequests, code >= 500:
+		return true
+	}
+	return false
+}
+
+// Wrap returns err, the error of a request made with ctx, wrapping
+// ErrUnavailable (and ctx's error) if it means the server gave no usable
+// answer; otherwise err as it is.
+func Wrap(ctx context.Context, err error) error {
+	if !Unavailable(ctx, err) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %w (%w)", ErrUnavailable, cerr, err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
