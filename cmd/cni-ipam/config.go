@@ -313,7 +313,7 @@ func loadKubernetes(sc *stdinConf, ic *ipamConf, cniArgs string) (*config, error
 	}
 	switch {
 	case len(ic.Pools) > 0, ic.Subnet != "", hasItems(ic.Ranges), hasItems(sc.RuntimeConfig.IPRanges):
-		return nil, invalid("ipam: kubernetes takes the cluster's SpiderIPPools: ipam.pools and ranges (ipam.ranges, ipam.subnet, runtimeConfig.ipRanges) cannot be given with it")
+		return nil, invalid("ipam.kubernetes takes the cluster's SpiderIPPools: ipam.pools and ranges (ipam.ranges, ipam.subnet, runtimeConfig.ipRanges) cannot be given with it")
 	case ic.DataDir != "" || present(ic.Etcd):
 		return nil, invalid("ipam: kubernetes, etcd and dataDir are mutually exclusive: the claims live in one of them")
 	}
