@@ -64,7 +64,7 @@ type explainer struct {
 }
 
 // newExplainer builds the catalog and the store, with the claims of every
-// pool's status.allocatedIPs already in it.
+// pool's status.allocatedIPs, and a live cluster's IPClaims, already in it.
 func newExplainer(ctx context.Context, c *cluster, nc ipam.NetConf, now time.Time) (*explainer, error) {
 	cat, err := ipam.NewCatalog(c.poolList()...)
 	if err != nil {
@@ -84,6 +84,12 @@ func newExplainer(ctx context.Context, c *cluster, nc ipam.NetConf, now time.Tim
 			if _, err := st.Create(ctx, claim); err != nil {
 				c.addProblem(po.at, "status.allocatedIPs[%q]: %v", cl.ip.String(), err)
 			}
+		}
+	}
+	for _, cl := range c.liveClaims {
+		cl.Revision = 0
+		if _, err := st.Create(ctx, cl); err != nil {
+			c.addProblem(origin{}, "IPClaim of pool %s address %s: %v", cl.Pool, cl.IP, err)
 		}
 	}
 	alloc, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})

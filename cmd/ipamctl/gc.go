@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,23 +9,40 @@ import (
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s"
+	"github.com/ipamkit/ipam/k8s/kubestore"
 	"github.com/ipamkit/ipam/store"
 )
 
-// runGC judges every existing claim (status.allocatedIPs) with the library's
-// garbage collection rules (ipam.DecideGC, default options) against the pods,
-// nodes and StatefulSets of the input, at --now or the current time.
-func runGC(args []string, in *input, stdout, stderr io.Writer, clock func() time.Time) int {
+// runGC judges every existing claim (status.allocatedIPs, and a live
+// cluster's IPClaims) with the library's garbage collection rules
+// (ipam.DecideGC, default options) against the pods, nodes and StatefulSets
+// of the input, at --now or the current time. With --release (a live
+// cluster only), it releases the IPClaims judged releasable, each at the
+// revision it was read at (Allocator.CollectGarbage).
+func runGC(ctx context.Context, args []string, in *input, stdout, stderr io.Writer, clock func() time.Time) int {
 	var (
-		out = output("table")
-		at  string
+		out     = output("table")
+		at      string
+		release bool
 	)
 	fs := newFlagSet("gc", stderr, in)
 	fs.StringVar(&at, "now", "", "judge the claims at this `time` (RFC 3339) instead of now")
 	fs.Var(&out, "o", "output `format`: table or json")
+	addKubeconfig(fs, in)
+	fs.BoolVar(&release, "release", false, "release the IPClaims judged releasable (with --kubeconfig)")
 	if code, ok := parseFlags(fs, args, in); !ok {
 		return code
 	}
+	if in.kubeconfig != "" && at != "" {
+		fmt.Fprintln(stderr, "ipamctl gc: --now and --kubeconfig: a live cluster is judged as it is now")
+		return exitUsage
+	}
+	if release && in.kubeconfig == "" {
+		fmt.Fprintln(stderr, "ipamctl gc: --release needs --kubeconfig: claims in files are not released")
+		return exitUsage
+	}
+	// A live cluster's snapshot is as old as the moment before it is read:
+	// a claim made later, for a pod the lists may have missed, is kept.
 	now := clock()
 	if at != "" {
 		t, err := time.Parse(time.RFC3339, at)
@@ -34,8 +52,13 @@ func runGC(args []string, in *input, stdout, stderr io.Writer, clock func() time
 		}
 		now = t
 	}
-
-	c := in.load()
+	ctx, cancel := in.bound(ctx)
+	defer cancel()
+	c, err := in.cluster(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "ipamctl gc: %v\n", err)
+		return exitProblem
+	}
 	// Pools that overlap cannot all be right: their claims are not judged
 	// (the problems say which were left out), as explain does not use them.
 	c.dropOverlaps()
@@ -53,7 +76,19 @@ func runGC(args []string, in *input, stdout, stderr io.Writer, clock func() time
 			claims = append(claims, store.Claim{Pool: po.pool.Name, IP: cl.ip, Owner: c.claimOwner(cl)})
 		}
 	}
+	if c.live {
+		now = clock()
+	}
 	ds := ipam.DecideGC(claims, snap, now, ipam.GCOptions{})
+	if release {
+		live, err := collectLive(ctx, in.kubeconfig, c, snap, now)
+		if err != nil {
+			fmt.Fprintf(stderr, "ipamctl gc: --release: %v\n", err)
+		}
+		ds = append(ds, live...)
+	} else {
+		ds = append(ds, ipam.DecideGC(c.liveClaims, snap, now, ipam.GCOptions{})...)
+	}
 	if out == "json" {
 		err = writeGCJSON(stdout, now, ds)
 	} else {
@@ -64,6 +99,29 @@ func runGC(args []string, in *input, stdout, stderr io.Writer, clock func() time
 		return exitProblem
 	}
 	return printProblems(stderr, c)
+}
+
+// collectLive releases the IPClaims of c's pools that DecideGC releases
+// against snap, through the cluster's API, each at the revision it is read
+// at: they are read again after snap was taken.
+func collectLive(ctx context.Context, kubeconfig string, c *cluster, snap *ipam.GCSnapshot, now time.Time) ([]ipam.GCDecision, error) {
+	cfg, err := liveConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	st, err := kubestore.New(cfg, kubestore.Options{})
+	if err != nil {
+		return nil, err
+	}
+	cat, err := ipam.NewCatalog(c.poolList()...)
+	if err != nil {
+		return nil, err
+	}
+	a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
+	if err != nil {
+		return nil, err
+	}
+	return a.CollectGarbage(ctx, snap, now, ipam.GCOptions{})
 }
 
 // gcPods describes the input's pods as garbage collection sees them.
@@ -87,7 +145,12 @@ func (c *cluster) gcSets() []ipam.StatefulSet {
 }
 
 func decision(d ipam.GCDecision) string {
-	if d.Release {
+	switch {
+	case d.Applied:
+		return "released"
+	case d.Release && d.Err != nil:
+		return "not released"
+	case d.Release:
 		return "release"
 	}
 	return "keep"
@@ -118,6 +181,9 @@ func writeGCTable(w io.Writer, now time.Time, ds []ipam.GCDecision) error {
 	fmt.Fprintln(w, "why:")
 	for _, d := range ds {
 		fmt.Fprintf(w, "  %s %s: %s\n", d.Claim.Pool, d.Claim.IP, d.Message)
+		if d.Err != nil {
+			fmt.Fprintf(w, "    not released: %v\n", d.Err)
+		}
 	}
 	return nil
 }
@@ -135,6 +201,9 @@ type (
 		Release bool   `json:"release"`
 		Reason  string `json:"reason"`
 		Message string `json:"message"`
+		// Released and Error say what --release did.
+		Released bool   `json:"released,omitempty"`
+		Error    string `json:"error,omitempty"`
 	}
 )
 
@@ -142,8 +211,12 @@ func writeGCJSON(w io.Writer, now time.Time, ds []ipam.GCDecision) error {
 	out := jsonGC{Now: now.UTC().Format(time.RFC3339), Claims: make([]jsonGCClaim, 0, len(ds))}
 	for _, d := range ds {
 		o := d.Claim.Owner
-		out.Claims = append(out.Claims, jsonGCClaim{Pool: d.Claim.Pool, IP: d.Claim.IP.String(), Pod: o.Namespace + "/" + o.Name,
-			PodUID: o.UID, Release: d.Release, Reason: string(d.Reason), Message: d.Message})
+		jc := jsonGCClaim{Pool: d.Claim.Pool, IP: d.Claim.IP.String(), Pod: o.Namespace + "/" + o.Name,
+			PodUID: o.UID, Release: d.Release, Reason: string(d.Reason), Message: d.Message, Released: d.Applied}
+		if d.Err != nil {
+			jc.Error = d.Err.Error()
+		}
+		out.Claims = append(out.Claims, jc)
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

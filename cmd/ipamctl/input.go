@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // stdinName is how standard input (-f -) is named in messages.
@@ -26,6 +28,31 @@ type input struct {
 	files    files
 	maxInput byteSize
 	stdin    io.Reader
+	// kubeconfig, when set, names a cluster to read instead of files
+	// (--kubeconfig, live.go).
+	kubeconfig string
+	timeout    time.Duration
+}
+
+// bound returns ctx bounded by --timeout when a cluster is read.
+func (in *input) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if in.kubeconfig == "" || in.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, in.timeout)
+}
+
+// cluster reads the input: the files, or the cluster --kubeconfig names.
+// An error means the cluster could not be read at all.
+func (in *input) cluster(ctx context.Context) (*cluster, error) {
+	if in.kubeconfig == "" {
+		return in.load(), nil
+	}
+	cfg, err := liveConfig(in.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return loadLive(ctx, cfg)
 }
 
 // files is a repeatable -f flag.

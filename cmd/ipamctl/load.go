@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/store"
 )
 
 // This file reads Kubernetes manifests into a cluster: it splits files into
@@ -102,6 +103,10 @@ type cluster struct {
 	pods       []*podObj
 	sets       []*setObj
 	problems   []problem
+	// live reports a cluster read through its API server (--kubeconfig),
+	// whose IPClaims are liveClaims.
+	live       bool
+	liveClaims []store.Claim
 
 	seen  map[string]origin // kind/namespace/name → where first read
 	files []string          // the files read, in order, as messages name them

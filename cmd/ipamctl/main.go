@@ -48,14 +48,15 @@ const usage = `usage: ipamctl <command> [flags]
 
 commands:
   explain   which pool and address each pod gets, and why
-            -f FILE... [--pod NS/NAME] [--cni-config FILE] [-o table|json]
+            (-f FILE... | --kubeconfig FILE) [--pod NS/NAME] [--cni-config FILE] [-o table|json]
   validate  check every pool alone and against the others
             -f FILE...
   gc        which existing claims garbage collection would release, and why
-            -f FILE... [--now RFC3339] [-o table|json]
+            (-f FILE... [--now RFC3339] | --kubeconfig FILE [--release]) [-o table|json]
 
 FILE is YAML or JSON, one or more documents, or a List as kubectl prints it;
 "-" is standard input. Each is read up to -max-input (default 256MiB).
+--kubeconfig reads a live cluster instead: its objects, and its IPClaims.
 Run "ipamctl <command> -h" for a command's flags.
 `
 
@@ -80,7 +81,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "validate":
 		return runValidate(args[1:], in, stdout, stderr)
 	case "gc":
-		return runGC(args[1:], in, stdout, stderr, clock)
+		return runGC(ctx, args[1:], in, stdout, stderr, clock)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -115,12 +116,34 @@ func parseFlags(fs *flag.FlagSet, args []string, in *input) (code int, ok bool) 
 		fmt.Fprintf(fs.Output(), "ipamctl %s: unexpected arguments %q (name files with -f)\n", fs.Name(), fs.Args())
 		return exitUsage, false
 	}
-	if len(in.files) == 0 {
-		fmt.Fprintf(fs.Output(), "ipamctl %s: no input: name at least one file with -f\n", fs.Name())
+	switch {
+	case len(in.files) > 0 && in.kubeconfig != "":
+		fmt.Fprintf(fs.Output(), "ipamctl %s: -f and --kubeconfig: read files or a cluster, not both\n", fs.Name())
+		return exitUsage, false
+	case len(in.files) == 0 && in.kubeconfig == "":
+		fmt.Fprintf(fs.Output(), "ipamctl %s: no input: name at least one file with -f%s\n", fs.Name(), orCluster(fs))
 		return exitUsage, false
 	}
 	return 0, true
 }
+
+// orCluster says how to name a cluster instead, for the commands that can
+// read one.
+func orCluster(fs *flag.FlagSet) string {
+	if fs.Lookup("kubeconfig") == nil {
+		return ""
+	}
+	return ", or a cluster with --kubeconfig"
+}
+
+// addKubeconfig gives a command the --kubeconfig and --timeout flags.
+func addKubeconfig(fs *flag.FlagSet, in *input) {
+	fs.StringVar(&in.kubeconfig, "kubeconfig", "", "read the objects and IPClaims of the cluster this kubeconfig `file` names, instead of -f files")
+	fs.DurationVar(&in.timeout, "timeout", defaultTimeout, "with --kubeconfig, give up on the cluster after this `duration`")
+}
+
+// defaultTimeout bounds what a command asks of a cluster.
+const defaultTimeout = time.Minute
 
 func newFlagSet(name string, stderr io.Writer, in *input) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
@@ -140,6 +163,7 @@ func runExplain(ctx context.Context, args []string, in *input, stdout, stderr io
 	fs.StringVar(&pod, "pod", "", "print only the pod `namespace/name` (the pods before it are still allocated first)")
 	fs.StringVar(&cniConf, "cni-config", "", "read default_ipv4_ippool, default_ipv6_ippool and clean_gateway from this CNI network config `file`")
 	fs.Var(&out, "o", "output `format`: table or json")
+	addKubeconfig(fs, in)
 	if code, ok := parseFlags(fs, args, in); !ok {
 		return code
 	}
@@ -159,7 +183,13 @@ func runExplain(ctx context.Context, args []string, in *input, stdout, stderr io
 		want = "default/" + want
 	}
 
-	c := in.load()
+	ctx, cancel := in.bound(ctx)
+	defer cancel()
+	c, err := in.cluster(ctx)
+	if err != nil {
+		fmt.Fprintf(stderr, "ipamctl explain: %v\n", err)
+		return exitProblem
+	}
 	c.dropOverlaps()
 	e, err := newExplainer(ctx, c, nc, clock())
 	if err != nil {
