@@ -60,6 +60,7 @@ type Store struct {
 	client *rest.RESTClient
 	log    *slog.Logger
 	uids   uidCache
+	view   view // what a running Watch reported, for OwnedAtLeast
 }
 
 // codecs decode the API server's Status objects, which client-go turns into
@@ -163,17 +164,29 @@ func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, e
 	return s.owned(ctx, q, 0)
 }
 
-// OwnedAtLeast returns the claims q matches as the API server's watch cache
-// of IPClaims holds them once it has caught up with revision rev, a
-// revision this Store returned (a list with resourceVersion rev and
-// resourceVersionMatch NotOlderThan): every write up to rev is in the
-// answer, and perhaps later ones. Unlike Owned, it does not wait for the
-// cache to catch up with etcd's current revision, which the cache learns of
-// from a progress notification when the newest writes are to other
-// resources (up to 100 ms, see the package documentation): the cache
-// reaches rev as soon as the watch brings it the write of rev. A rev of 0
-// or less asks for what Owned gives.
+// OwnedAtLeast returns the claims q matches as they were at some moment
+// after the write of revision rev, a revision this Store returned: every
+// write up to rev is in the answer, and perhaps later ones.
+//
+// While a Watch of this Store runs (Allocator.Follow keeps one), the answer
+// comes from what the watch has reported, as soon as it has reported
+// revision rev, without a request: the watch's events come in revision
+// order, so it then has every write up to rev. Otherwise, or if the watch
+// does not get there within half a second (it is reconnecting), it is a
+// list of the API server's watch cache with resourceVersion rev and
+// resourceVersionMatch NotOlderThan, served once that cache has caught up
+// with rev. Unlike Owned, neither waits for a cache to catch up with etcd's
+// current revision, which the API server's cache learns of from a progress
+// notification when the newest writes are to other resources (up to 100
+// ms, see the package documentation). A rev of 0 or less asks for what
+// Owned gives. Objects that are no valid claims are left out of an answer
+// from the watch without an error (the watch logs them).
 func (s *Store) OwnedAtLeast(ctx context.Context, q store.OwnerQuery, rev int64) ([]store.Claim, error) {
+	if rev > 0 && q.Validate() == nil {
+		if claims, ok := s.view.owned(ctx, q, rev); ok {
+			return claims, nil
+		}
+	}
 	return s.owned(ctx, q, rev)
 }
 

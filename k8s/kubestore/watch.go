@@ -42,6 +42,10 @@ var errGone = errors.New("watch history compacted")
 // Objects that are no valid claims are skipped and logged (Options.Logger),
 // naming the object and the field.
 func (s *Store) Watch(ctx context.Context, h store.WatchHandler) error {
+	if s.view.feed() {
+		defer s.view.stop()
+		h = &viewFeeder{h: h, v: &s.view}
+	}
 	delay := retryMin
 	wait := func(err error) error {
 		s.log.Warn("kubestore: watch interrupted", "err", err, "retry", delay)
@@ -120,6 +124,9 @@ func (s *Store) reset(ctx context.Context, h store.WatchHandler) (string, error)
 		}
 	}
 	h.Reset(claims)
+	if f, ok := h.(*viewFeeder); ok {
+		f.v.reset(claims, revisionOf(rv))
+	}
 	return rv, nil
 }
 
@@ -167,15 +174,21 @@ func (s *Store) follow(ctx context.Context, h store.WatchHandler, rv string) (st
 			}
 			if err != nil {
 				s.log.Warn("kubestore: watch skips an object that is no valid claim", "event", e.Type, "err", err)
+				advance(h, rv)
 				continue
 			}
-			h.Apply(store.Event{Claim: c, Deleted: e.Type == "DELETED"})
+			ev := store.Event{Claim: c, Deleted: e.Type == "DELETED"}
+			h.Apply(ev)
+			if f, ok := h.(*viewFeeder); ok {
+				f.v.apply(ev, c.Revision)
+			}
 		case "BOOKMARK":
 			var m struct {
 				Metadata metav1.ObjectMeta `json:"metadata"`
 			}
 			if err := json.Unmarshal(e.Object, &m); err == nil && m.Metadata.ResourceVersion != "" {
 				rv = m.Metadata.ResourceVersion
+				advance(h, rv)
 			}
 		case "ERROR":
 			var st metav1.Status
@@ -190,4 +203,27 @@ func (s *Store) follow(ctx context.Context, h store.WatchHandler, rv string) (st
 			return rv, progressed, fmt.Errorf("watch event of unknown type %q", e.Type)
 		}
 	}
+}
+
+// viewFeeder is the handler of the Watch that feeds the Store's view: the
+// caller's handler, and the view after it.
+type viewFeeder struct {
+	h store.WatchHandler
+	v *view
+}
+
+func (f *viewFeeder) Reset(claims []store.Claim) { f.h.Reset(claims) }
+func (f *viewFeeder) Apply(e store.Event)        { f.h.Apply(e) }
+
+// advance tells the view, if h feeds it, that the watch got to rv.
+func advance(h store.WatchHandler, rv string) {
+	if f, ok := h.(*viewFeeder); ok {
+		f.v.advance(revisionOf(rv))
+	}
+}
+
+// revisionOf parses a resourceVersion, 0 if it is not one.
+func revisionOf(rv string) int64 {
+	n, _ := parseRevision(rv)
+	return n
 }

@@ -1,12 +1,15 @@
 package kubetest_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -202,5 +205,85 @@ func TestOwnedAtLeast(t *testing.T) {
 	o := store.Owner{UID: "at-least-0-0", Interface: "eth0"}
 	if got, err := reader.OwnedAtLeast(t.Context(), o.Query(), 0); err != nil || len(got) != 1 {
 		t.Errorf("OwnedAtLeast(%s, 0) = %v, %v; want the claim", o.Query(), got, err)
+	}
+}
+
+// requestCounter counts the HTTP requests of the clients it wraps, but
+// watches.
+type requestCounter struct {
+	rt http.RoundTripper
+	n  *atomic.Int64
+}
+
+func (c requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Query().Get("watch") != "true" {
+		c.n.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+// TestOwnedAtLeastFromWatch: while a Watch of the reader runs, its
+// OwnedAtLeast answers from what the watch reported, without a request, and
+// has every claim written up to the revision asked for, by any client; when
+// the Watch ends, it asks the server again.
+func TestOwnedAtLeastFromWatch(t *testing.T) {
+	emptyBackend(t)
+	writer := newStore(t)
+	var requests atomic.Int64
+	cfg := srv.Config()
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return requestCounter{rt, &requests} }
+	reader, err := kubestore.New(cfg, kubestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newView()
+	wctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- reader.Watch(wctx, v) }()
+	v.waitFor(t, "the first list", map[string]int64{})
+	// The same owner on two interfaces and a stable owner, from goroutines.
+	var wg sync.WaitGroup
+	var asked atomic.Int64
+	for g := range 8 {
+		wg.Go(func() {
+			for r := range 10 {
+				o := store.Owner{Namespace: "ns", Name: fmt.Sprintf("db-%d", g), UID: fmt.Sprintf("fw-%d-%d", g, r), Interface: fmt.Sprint("eth", r%2), Stable: g%2 == 0}
+				c, err := writer.Create(t.Context(), store.Claim{Pool: "fromwatch", IP: netip.AddrFrom4([4]byte{10, 67, byte(g), byte(r)}), Owner: o})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				before := requests.Load()
+				got, err := reader.OwnedAtLeast(t.Context(), o.Query(), c.Revision)
+				if err != nil || !slices.ContainsFunc(got, func(x store.Claim) bool { return x.Revision == c.Revision }) {
+					t.Errorf("OwnedAtLeast(%s, %d) = %v, %v; want the claim just made", o.Query(), c.Revision, got, err)
+				}
+				if o.Stable {
+					// Every claim of the stable owner made so far.
+					all, err := reader.OwnedAtLeast(t.Context(), store.ByName("ns", o.Name), c.Revision)
+					if err != nil || len(all) != r+1 {
+						t.Errorf("OwnedAtLeast(%s, %d): %d claims, %v; want %d", store.ByName("ns", o.Name), c.Revision, len(all), err, r+1)
+					}
+				}
+				asked.Add(requests.Load() - before)
+			}
+		})
+	}
+	wg.Wait()
+	if n := asked.Load(); n != 0 {
+		t.Errorf("%d requests while OwnedAtLeast answered from the watch, want 0", n)
+	}
+	cancel()
+	<-done
+	before := requests.Load()
+	c, err := writer.Create(t.Context(), store.Claim{Pool: "fromwatch", IP: netip.MustParseAddr("10.67.99.1"), Owner: store.Owner{UID: "fw-after"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := reader.OwnedAtLeast(t.Context(), store.ByUID("fw-after"), c.Revision); err != nil || len(got) != 1 {
+		t.Fatalf("OwnedAtLeast after the Watch ended = %v, %v; want the claim", got, err)
+	}
+	if requests.Load() == before {
+		t.Error("OwnedAtLeast after the Watch ended made no request")
 	}
 }
