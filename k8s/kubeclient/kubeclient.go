@@ -15,7 +15,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -143,7 +142,7 @@ func get[T runtime.Object](ctx context.Context, c *rest.RESTClient, into T, reso
 	}
 	err := req.Do(ctx).Into(into)
 	switch {
-	case apierrors.IsNotFound(err) && isObject(err, name):
+	case kubeerr.ObjectNotFound(err, name):
 		return zero, nil
 	case err != nil:
 		what := resource + " " + name
@@ -153,17 +152,6 @@ func get[T runtime.Object](ctx context.Context, c *rest.RESTClient, into T, reso
 		return zero, fmt.Errorf("kubeclient: get %s: %w", what, kubeerr.Wrap(ctx, err))
 	}
 	return into, nil
-}
-
-// isObject reports whether a not-found error is about the object name, not
-// about a resource the server does not serve.
-func isObject(err error, name string) bool {
-	var st apierrors.APIStatus
-	if !errors.As(err, &st) {
-		return false
-	}
-	d := st.Status().Details
-	return d != nil && d.Name == name
 }
 
 // listPage is the page size of the lists.

@@ -452,14 +452,7 @@ func (s *Store) fail(ctx context.Context, op, key, name string, err error) error
 
 // isObjectNotFound reports whether err says that the object name does not
 // exist (rather than that the resource is not served: a missing CRD).
-func isObjectNotFound(err error, name string) bool {
-	var st apierrors.APIStatus
-	if !errors.As(err, &st) || st.Status().Reason != metav1.StatusReasonNotFound {
-		return false
-	}
-	d := st.Status().Details
-	return d != nil && d.Name == name
-}
+func isObjectNotFound(err error, name string) bool { return kubeerr.ObjectNotFound(err, name) }
 
 // uidCache remembers the UID of objects this Store has written or read, at
 // the revision it saw, so that an Update or Delete at that revision can name

@@ -17,6 +17,10 @@ import (
 var srv *kubetest.Server
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		// This binary run again by a test, as a process of its own.
+		os.Exit(childMain())
+	}
 	os.Exit(run(m))
 }
 
