@@ -123,10 +123,10 @@ func (s *Store) reset(ctx context.Context, h store.WatchHandler) (string, error)
 			break
 		}
 	}
-	h.Reset(claims)
 	if f, ok := h.(*viewFeeder); ok {
 		f.v.reset(claims, revisionOf(rv))
 	}
+	h.Reset(claims)
 	return rv, nil
 }
 
@@ -178,10 +178,10 @@ func (s *Store) follow(ctx context.Context, h store.WatchHandler, rv string) (st
 				continue
 			}
 			ev := store.Event{Claim: c, Deleted: e.Type == "DELETED"}
-			h.Apply(ev)
 			if f, ok := h.(*viewFeeder); ok {
 				f.v.apply(ev, c.Revision)
 			}
+			h.Apply(ev)
 		case "BOOKMARK":
 			var m struct {
 				Metadata metav1.ObjectMeta `json:"metadata"`
@@ -206,7 +206,8 @@ func (s *Store) follow(ctx context.Context, h store.WatchHandler, rv string) (st
 }
 
 // viewFeeder is the handler of the Watch that feeds the Store's view: the
-// caller's handler, and the view after it.
+// view, then the caller's handler, so that a handler that has been told of a
+// claim can find it in the view.
 type viewFeeder struct {
 	h store.WatchHandler
 	v *view

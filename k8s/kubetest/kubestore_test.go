@@ -223,9 +223,9 @@ func (c requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // TestOwnedAtLeastFromWatch: while a Watch of the reader runs, its
-// OwnedAtLeast answers from what the watch reported, without a request, and
-// has every claim written up to the revision asked for, by any client; when
-// the Watch ends, it asks the server again.
+// OwnedAtLeast answers from what the watch reported, without a request once
+// the watch has reported the revision, and has every claim written up to
+// it, by any client; when the Watch ends, it asks the server again.
 func TestOwnedAtLeastFromWatch(t *testing.T) {
 	emptyBackend(t)
 	writer := newStore(t)
@@ -253,6 +253,8 @@ func TestOwnedAtLeastFromWatch(t *testing.T) {
 					t.Error(err)
 					return
 				}
+				// Once the watch has told v of the claim, the view has it.
+				v.waitHas(t, c)
 				before := requests.Load()
 				got, err := reader.OwnedAtLeast(t.Context(), o.Query(), c.Revision)
 				if err != nil || !slices.ContainsFunc(got, func(x store.Claim) bool { return x.Revision == c.Revision }) {

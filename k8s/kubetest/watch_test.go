@@ -82,6 +82,25 @@ func (v *view) waitFor(t *testing.T, what string, want map[string]int64) {
 	}
 }
 
+// waitHas waits until v holds c at its revision (or a later one).
+func (v *view) waitHas(t *testing.T, c store.Claim) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v.mu.Lock()
+		got, ok := v.claims[c.Key()]
+		v.mu.Unlock()
+		if ok && got.Revision >= c.Revision {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the watcher does not hold %s at revision %d after 10s", c.Key(), c.Revision)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func revisions(claims ...store.Claim) map[string]int64 {
 	out := map[string]int64{}
 	for _, c := range claims {
