@@ -13,13 +13,25 @@
 // arguments, and are safe for concurrent use. Objects from an informer's
 // cache may be passed as they are.
 //
+// GCPod, GCStatefulSet and NodeReady describe pods, StatefulSets and nodes
+// as ipam.DecideGC judges them.
+//
 // Its subpackages talk to a live cluster through client-go:
 //
 //   - kubestore is a store.Store on IPClaim custom resources, one per
 //     claimed address, whose CustomResourceDefinitions are in config/crd;
 //   - kubepools is an ipam.PoolSource fed by informers from a Spiderpool
-//     cluster's SpiderIPPool and SpiderReservedIP objects.
+//     cluster's SpiderIPPool and SpiderReservedIP objects (or read once);
+//   - kubegc is a garbage collector of pod claims: informers on pods,
+//     StatefulSets and nodes, ipam.DecideGC, releases through the Store,
+//     safe to run as several replicas;
+//   - kubeclient reads pods, namespaces, nodes and StatefulSets without
+//     client-go's generated clientset, and finds a cluster's client config.
+//
+// None of them imports the generated clientset (k8s.io/client-go/kubernetes)
+// or its informers, which register every API group at start-up.
 //
 // Their tests run against a real API server in the test process, in the
-// separate module k8s/kubetest, which users of this module never build.
+// separate module k8s/kubetest, which users of this module never build;
+// examples/kubecontroller puts them together.
 package k8s

@@ -2,9 +2,9 @@
 // Namespaces, Nodes, Pods, StatefulSets, as files or as `kubectl get -o yaml`
 // prints them) and answers questions with the ipam library:
 //
-//	ipamctl explain -f FILE... [--pod NS/NAME] [--cni-config FILE] [-o table|json]
+//	ipamctl explain (-f FILE... | --kubeconfig FILE) [--pod NS/NAME] [--cni-config FILE] [-o table|json]
 //	ipamctl validate -f FILE...
-//	ipamctl gc -f FILE... [--now RFC3339] [-o table|json]
+//	ipamctl gc (-f FILE... [--now RFC3339] | --kubeconfig FILE [--release]) [-o table|json]
 //
 // explain allocates every pod, in file order, against one in-memory store
 // that holds the pools' existing claims (status.allocatedIPs), and prints for
@@ -17,7 +17,10 @@
 // Input is read from files or standard input (-f -), each up to -max-input;
 // a List is read item by item, objects of kinds ipamctl does not read are
 // skipped with a note, and explain writes each pod's answer as soon as it has
-// it. Nothing talks to a cluster: the files are the whole input.
+// it. With --kubeconfig, explain and gc read a live cluster instead, through
+// its API server: the same kinds, and the cluster's IPClaims; gc --release
+// then releases the IPClaims it judges releasable, each at the revision it
+// judged. Nothing else writes to a cluster.
 package main
 
 import (

@@ -57,23 +57,29 @@
 // up with etcd's current revision (consistent reads from cache, KEP-2340, GA
 // in Kubernetes 1.34).
 //
-// A cache in the client (an informer) cannot give that: without asking the
+// OwnedAtLeast, which an Allocator asks after its own create, needs less:
+// every write up to the create's revision. While a Watch of the Store runs
+// (Allocator.Follow keeps one), the Store keeps what the watch reported,
+// indexed by owner, and answers from it without a request as soon as the
+// watch has brought that revision: its events come in revision order.
+// Without a running Watch, it lists with resourceVersionMatch NotOlderThan,
+// which the API server's cache serves as soon as it holds the revision.
+//
+// A cache in the client cannot give what Owned must: without asking the
 // server it cannot know whether it has seen the writes another client has
 // just made (the server sends watch bookmarks about once a minute), and
-// asking costs the same round trip as the consistent list. So the Store keeps
-// no cache of claims; the watch-fed view is Watch's, for Allocators that keep
-// their indexes current between decisions.
+// asking costs the same round trip as the consistent list.
 //
 // Consistency has a price in latency on a busy cluster. The watch cache of
 // IPClaims learns etcd's current revision from IPClaim events; when the
 // newest write in etcd is to another resource (leases, events, pods), it
 // learns it from a progress notification that the API server asks etcd for
 // every 100 ms while reads wait. On the test server an Owned took 1–2 ms
-// when quiet and 100 ms right after a write to a namespace
-// (BenchmarkOwned in k8s/kubetest). On a cluster with frequent writes
-// elsewhere, expect Owned, List and Cursor to wait tens of milliseconds on
-// average (concurrent calls share the wait), unless IPClaim writes are
-// frequent enough to carry the cache forward themselves.
+// when quiet and 100 ms right after a write to a namespace, and OwnedAtLeast
+// 1 ms in that case (BenchmarkOwned in k8s/kubetest). On a cluster with
+// frequent writes elsewhere, expect Owned, List and Cursor to wait tens of
+// milliseconds on average (concurrent calls share the wait), unless IPClaim
+// writes are frequent enough to carry the cache forward themselves.
 //
 // The API server finds an owner's (or a pool's) claims by testing the labels
 // of every IPClaim in its cache, as custom resources have no index: the
@@ -83,13 +89,19 @@
 //
 // # Cost per allocation and rate limits
 //
-// An Allocator on a Store without store.ExclusiveCreator asks Owned before
-// and after each Create, so a new allocation is three requests. The client's
-// rate limits are the caller's: New keeps those of the *rest.Config it is
-// given, and client-go's default (QPS 5, burst 10) allows about 1.7
-// allocations per second after the first few. An agent on a node should
-// raise them to what the API server's priority and fairness gives it;
-// Spiderpool, Whereabouts and kube-ovn all do.
+// The Store is a store.OrderedRevisions: resourceVersions on the API
+// server's etcd3 storage are etcd revisions, which order every write. An
+// Allocator on it creates a claim and then checks with OwnedAtLeast that the
+// owner holds no other (of two racing claims, the one of the lower revision
+// stays); at this commit it also asks Owned before the create, so a new
+// allocation is a create, a consistent list and a check that costs no
+// request while the Allocator follows the Store (see benchmarks/README.md
+// for what that gives). The client's rate limits are the caller's: New
+// keeps those of the *rest.Config it is given, and client-go's default (QPS
+// 5, burst 10) allows about 2.5 allocations per second after the first
+// few. An agent on a node should raise them to what the API server's
+// priority and fairness gives it; Spiderpool, Whereabouts and kube-ovn all
+// do.
 //
 // The Store is not a store.ExclusiveCreator: Kubernetes cannot create an
 // object on the condition that other objects (the owner's other claims) do
@@ -111,9 +123,12 @@
 // # Errors
 //
 // Besides the sentinels of package store, every call that gets no usable
-// answer (the server cannot be reached, answers 429 or 5xx, or the context
-// ends first) returns an error wrapping ErrUnavailable, within the context's
-// deadline; the same Store works again when the server is back. An object
+// answer (the server cannot be reached, answers 429 or 5xx, does not serve
+// IPClaims, as for a moment after it starts or when the CRD is not
+// installed, or the context ends first) returns an error wrapping
+// ErrUnavailable, within the context's deadline; the same Store works again
+// when the server is back. The module's other packages return the same
+// error (kubeclient.ErrUnavailable). An object
 // that is no valid claim (written by hand, or by another program) is
 // reported as a *CorruptError, which wraps store.ErrCorrupt and names the
 // object, the field and its value: List and Owned return the valid claims

@@ -48,6 +48,18 @@
 // deletes what it left (tests of one package run one after another unless
 // they call t.Parallel).
 //
+// # The module's own tests
+//
+// One server serves every test of the package kubetest_test: storetest and
+// the Store's faults (kubestore), pool sources and their edits (kubepools),
+// two garbage collectors at once (kubegc), the CNI plugin built with
+// -tags kubernetes and ipamctl run as programs through Kubeconfig, and two
+// allocator processes (the test binary run again: TestMain hands a process
+// started with KUBETEST_CHILD set to the child's code instead of starting a
+// server) with pool edits and an API server restart;
+// -twoproc.duration lengthens that run for a soak. BenchmarkClaims sets
+// Allocators against raw creates on one pool.
+//
 // # Faults
 //
 // StopAPI stops the API server as a crash would: open connections and
