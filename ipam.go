@@ -89,6 +89,16 @@ type Request struct {
 	NamespaceAnnotations map[string]string
 	// NetConf is the CNI network config's pool defaults.
 	NetConf NetConf
+	// App is the pod's application: its top controller, such as the
+	// Deployment above its ReplicaSet, the CronJob above its Job, or a
+	// StatefulSet, DaemonSet or third-party controller that owns it
+	// directly. The zero AppRef means the pod has no controller, or the
+	// caller did not say. An auto-created pool (IsAutoPool) serves only the
+	// pods of its application: its podAffinity is matched against App, not
+	// against Labels, as Spiderpool matches it against the pod's top
+	// controller; and the SpiderSubnet annotations serve the pool of App
+	// (see AutoPoolSource). Package k8s fills it from the owner chain.
+	App AppRef
 
 	// Interfaces lists the interfaces to serve.
 	Interfaces []Interface

@@ -47,16 +47,6 @@ type SubnetManagerOptions struct {
 	Logger *slog.Logger
 }
 
-// PodRef is what a SubnetManager needs to know about a pod: who it is, and
-// the application that controls it (the zero AppRef for a pod without a
-// controller).
-//
-// The zero PodRef is not valid. It is a plain value.
-type PodRef struct {
-	Namespace, Name, UID string
-	App                  AppRef
-}
-
 // SubnetManager runs SpiderSubnet in memory: told which applications and
 // pods exist, it creates, resizes and deletes their auto-pools by the rules
 // of DecideAutoPools, and serves them, with the pools written by hand, as the
@@ -79,10 +69,13 @@ type PodRef struct {
 // address it gives back (create-if-absent, as a pod's claim would be), so
 // that an address a pod got in the meantime is never given to another pool.
 //
-// The pools served to the Allocator leave out the auto-pools' podAffinity:
-// it matches the pod's application, which a Request does not carry, so
-// Select offers an auto-pool only to the pods of its application instead.
-// Auto-pools hand out their lowest free address, as Spiderpool's do.
+// A pod asks for its application's pools with the subnet annotations and
+// names its application in Request.App (its top controller). The auto-pools
+// are served with their podAffinity, which the Allocator's filters match
+// against Request.App (see IsAutoPool): a pod of another application that
+// names an auto-pool in ipam.spidernet.io/ippool(s) is refused, as
+// Spiderpool refuses it. Auto-pools hand out their lowest free address, as
+// Spiderpool's do.
 //
 // A SubnetManager is safe for concurrent use. Its zero value is not usable:
 // call NewSubnetManager.
@@ -96,7 +89,6 @@ type SubnetManager struct {
 
 	mu   sync.Mutex
 	apps map[string]*Application // by UID
-	pods map[string]PodRef       // by UID
 	// podPools are the pools AutoPool served each pod from, by pod UID: a
 	// pool may have changed hands (reuse) since.
 	podPools map[string][]string
@@ -200,7 +192,6 @@ func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
 		subnets:  make(map[string]*subnetState, len(opts.Subnets)),
 		reserved: snap.reserved,
 		apps:     make(map[string]*Application),
-		pods:     make(map[string]PodRef),
 		podPools: make(map[string][]string),
 		auto:     make(map[string]*AutoPool),
 		byUID:    make(map[string][]*AutoPool),
@@ -274,30 +265,31 @@ func (m *SubnetManager) DefaultPools() iter.Seq[*Pool] { return m.manual.Default
 func (m *SubnetManager) Reserved(family int) *netipx.IPSet { return m.manual.Reserved(family) }
 
 // AutoPool returns the auto-pool that serves interface iface and IP family
-// family of the pod req describes (registered with SetPod) from the subnet
-// named subnet. It does not create or resize pools (SetApplication did), and
-// it never waits: see AutoPoolSource.
+// family of the pod req describes from the subnet named subnet: the pool of
+// the pod's application, req.App (by its UID). It does not create or resize
+// pools (SetApplication did), and it never waits: see AutoPoolSource. A
+// request without App is a pod without a controller, which SpiderSubnet does
+// not serve (ErrNotSupported); an App whose UID SetApplication has not
+// recorded is not known yet (ErrNotReady).
 func (m *SubnetManager) AutoPool(req *Request, iface string, family int, subnet string) (string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	pod, ok := m.pods[req.UID]
+	app := req.App
 	podName := req.Namespace + "/" + req.Name
 	fail := func(app AppRef, reason string, sentinel error) (string, error) {
 		return "", &AutoPoolError{App: app, Pod: podName, Interface: iface, Family: family, Subnet: subnet, Reason: reason, Err: sentinel}
 	}
-	switch {
-	case !ok:
-		return fail(AppRef{}, fmt.Sprintf("uid %q is not known to the subnet manager yet (SetPod registers a pod and its application)", req.UID), ErrNotReady)
-	case pod.App.IsZero():
-		return fail(AppRef{}, "SpiderSubnet auto-pools serve the pods of a controller, and this pod has none (Spiderpool: SpiderSubnet feature doesn't support no-controller pod)", ErrNotSupported)
+	if app.IsZero() {
+		return fail(AppRef{}, "SpiderSubnet auto-pools serve the pods of a controller, and the request names none (Request.App is empty) "+
+			"(Spiderpool: SpiderSubnet feature doesn't support no-controller pod)", ErrNotSupported)
 	}
-	if _, ok := m.apps[pod.App.UID]; !ok {
-		return fail(pod.App, "the application is not known to the subnet manager yet (SetApplication creates its pools)", ErrNotReady)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.apps[app.UID]; !ok || app.UID == "" {
+		return fail(app, fmt.Sprintf("the application (uid %q) is not known to the subnet manager yet (SetApplication creates its pools)", app.UID), ErrNotReady)
 	}
 	// A pool that exists serves, even while it waits to grow or shrink:
 	// the Allocator says if it has no free address.
 	var other *AutoPool
-	for _, a := range m.byUID[pod.App.UID] {
+	for _, a := range m.byUID[app.UID] {
 		if a.Interface != iface || a.Family() != family {
 			continue
 		}
@@ -309,19 +301,19 @@ func (m *SubnetManager) AutoPool(req *Request, iface string, family int, subnet 
 		}
 		other = a
 	}
-	if err := m.pending[autoPoolKey{uid: pod.App.UID, iface: iface, family: family}]; err != nil {
+	if err := m.pending[autoPoolKey{uid: app.UID, iface: iface, family: family}]; err != nil {
 		return "", m.forPod(err, podName)
 	}
-	if err := m.pending[autoPoolKey{uid: pod.App.UID}]; err != nil {
+	if err := m.pending[autoPoolKey{uid: app.UID}]; err != nil {
 		return "", m.forPod(err, podName)
 	}
 	if other != nil && other.Subnet == subnet {
-		return fail(pod.App, fmt.Sprintf("the application's pool %q is being deleted", other.Name()), ErrNotReady)
+		return fail(app, fmt.Sprintf("the application's pool %q is being deleted", other.Name()), ErrNotReady)
 	}
 	if other != nil {
-		return fail(pod.App, fmt.Sprintf("the pod names subnet %q, but its application's pool %q is from subnet %q", subnet, other.Name(), other.Subnet), ErrNotSupported)
+		return fail(app, fmt.Sprintf("the pod names subnet %q, but its application's pool %q is from subnet %q", subnet, other.Name(), other.Subnet), ErrNotSupported)
 	}
-	return fail(pod.App, "the application asks for no pool of this interface and family", ErrNotFound)
+	return fail(app, "the application asks for no pool of this interface and family", ErrNotFound)
 }
 
 // forPod returns err naming the pod, when it is an *AutoPoolError.
@@ -335,47 +327,27 @@ func (m *SubnetManager) forPod(err error, pod string) error {
 	return err
 }
 
-// SetPod registers a pod and its application (the zero AppRef for a pod
-// without a controller), so that AutoPool can serve its requests. It
-// returns an error naming the missing field if the pod has no namespace,
-// name or UID.
-func (m *SubnetManager) SetPod(pod PodRef) error {
-	fe := &fieldErrors{object: "pod"}
-	for _, f := range [...]struct{ name, v string }{{"namespace", pod.Namespace}, {"name", pod.Name}, {"uid", pod.UID}} {
-		if f.v == "" {
-			fe.add(f.name, "", "required")
-		}
-	}
-	if err := fe.err(); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	m.pods[pod.UID] = pod
-	m.mu.Unlock()
-	return nil
-}
-
 // DeletePod forgets a pod. Call it once the pod's addresses are released:
-// the shrinks and deletions of its application's pools that waited for pods
-// to give addresses back are retried, and their decisions returned (what
-// still cannot be done is in their Errs). The error is ctx's, if it ended.
+// the shrinks and deletions that waited for pods to give addresses back are
+// retried, and their decisions returned (what still cannot be done is in
+// their Errs). For a pod this manager served (AutoPool), those of the
+// subnets of the pools it was served from; for any other pod (served before
+// a restart, or by another manager), all that wait, as Sync does. The error
+// is ctx's, if it ended.
 func (m *SubnetManager) DeletePod(ctx context.Context, uid string) ([]AutoPoolDecision, error) {
 	m.mu.Lock()
-	pod, ok := m.pods[uid]
-	delete(m.pods, uid)
+	names, served := m.podPools[uid]
 	var subnets []string
-	if ok && !pod.App.IsZero() {
-		for _, a := range m.byUID[pod.App.UID] {
-			subnets = append(subnets, a.Subnet)
-		}
-	}
-	for _, name := range m.podPools[uid] {
+	for _, name := range names {
 		if a := m.auto[name]; a != nil {
 			subnets = append(subnets, a.Subnet)
 		}
 	}
 	delete(m.podPools, uid)
 	m.mu.Unlock()
+	if !served {
+		return m.Sync(ctx)
+	}
 	return m.retry(ctx, subnets)
 }
 
@@ -668,7 +640,6 @@ func (m *SubnetManager) publishLocked(st *subnetState, a *AutoPool) {
 	}
 	st.index(a, true)
 	q := *a.Pool
-	q.PodAffinity = nil
 	q.Strategy = LowestFree
 	m.served.Store(name, &q)
 	m.version.Add(1)

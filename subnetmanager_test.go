@@ -73,12 +73,12 @@ func TestSubnetManagerAutoPoolErrors(t *testing.T) {
 	app := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
 	req := &ipam.Request{Namespace: "default", Name: "web-0", UID: "uid-web-0"}
 	_, err := c.m.AutoPool(req, "eth0", 4, "subnet-6")
-	require.ErrorIs(t, err, ipam.ErrNotReady)
-	require.ErrorContains(t, err, `pod default/web-0 eth0 IPv4: subnet "subnet-6": uid "uid-web-0" is not known to the subnet manager yet (SetPod registers a pod and its application)`)
-	require.NoError(t, c.m.SetPod(ipam.PodRef{Namespace: "default", Name: "web-0", UID: "uid-web-0", App: app.AppRef}))
+	require.ErrorIs(t, err, ipam.ErrNotSupported)
+	require.ErrorContains(t, err, `pod default/web-0 eth0 IPv4: subnet "subnet-6": SpiderSubnet auto-pools serve the pods of a controller, and the request names none (Request.App is empty)`)
+	req.App = app.AppRef
 	_, err = c.m.AutoPool(req, "eth0", 4, "subnet-6")
 	require.ErrorIs(t, err, ipam.ErrNotReady)
-	require.ErrorContains(t, err, "the application is not known to the subnet manager yet")
+	require.ErrorContains(t, err, `the application (uid "`+ssUID+`") is not known to the subnet manager yet`)
 	c.mustSet(app)
 	name, err := c.m.AutoPool(req, "eth0", 4, "subnet-6")
 	require.NoError(t, err)
@@ -88,7 +88,6 @@ func TestSubnetManagerAutoPoolErrors(t *testing.T) {
 	require.ErrorContains(t, err, `the pod names subnet "subnet-7", but its application's pool "auto4-web-eth0-a5bd3" is from subnet "subnet-6"`)
 	_, err = c.m.AutoPool(req, "eth0", 6, "subnet-6")
 	require.ErrorIs(t, err, ipam.ErrNotFound)
-	require.ErrorContains(t, c.m.SetPod(ipam.PodRef{Name: "x"}), "pod: namespace: required")
 	// A pool that waits to grow still serves the pods it has room for.
 	app.Replicas = intp(20)
 	_, err = c.set(app)
@@ -213,7 +212,8 @@ func TestSubnetManagerServes(t *testing.T) {
 	require.Equal(t, []string{"manual"}, defaults)
 	p, ok := c.m.Pool("auto4-web-eth0-a5bd3")
 	require.True(t, ok)
-	require.Nil(t, p.PodAffinity, "served without podAffinity: Select offers it to the application's pods only")
+	require.Equal(t, ipam.AppLabels(app.AppRef), p.PodAffinity.MatchLabels, "served with its podAffinity, which the filters match against Request.App")
+	require.True(t, ipam.IsAutoPool(p))
 	require.Equal(t, ipam.LowestFree, p.Strategy)
 	// A pod without the subnet annotation is served by the cluster default.
 	res, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "plain", UID: "uid-plain", Interfaces: []ipam.Interface{{Name: "eth0"}}})
@@ -245,12 +245,8 @@ func TestSubnetManagerConcurrent(t *testing.T) {
 					return
 				}
 				name := fmt.Sprintf("g%d-%d", g, round)
-				if err := c.m.SetPod(ipam.PodRef{Namespace: "default", Name: name, UID: "uid-" + name, App: app.AppRef}); err != nil {
-					t.Error(err)
-					return
-				}
 				_, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name,
-					Annotations: app.Annotations, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+					Annotations: app.Annotations, App: app.AppRef, Interfaces: []ipam.Interface{{Name: "eth0"}}})
 				if err != nil && !errors.Is(err, ipam.ErrNoCandidates) && !errors.Is(err, ipam.ErrNotReady) {
 					t.Error(err)
 					return
@@ -434,18 +430,4 @@ func TestSubnetManagerModel(t *testing.T) {
 			checkSubnetInvariants(t, c, []*ipam.Subnet{s6, s7}, []*ipam.Pool{manual})
 		})
 	}
-}
-
-// TestSubnetManagerAutoPoolNamedByAnotherPod pins README difference 14: the
-// filters cannot match an auto-pool's podAffinity against the pod's
-// controller, so a pod of another application that names the pool is
-// served, where Spiderpool refuses it.
-func TestSubnetManagerAutoPoolNamedByAnotherPod(t *testing.T) {
-	c := newSSCluster(t, []*ipam.Subnet{ssSubnet6()}, nil)
-	web := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
-	c.mustSet(web)
-	other := ssApp("Deployment", "other", "u-other-0ther", 1, ssAnn(ipam.AnnotationIPPool, `{"ipv4":["auto4-web-eth0-a5bd3"]}`))
-	res, err := c.start(other, "other-0", false)
-	require.NoError(t, err)
-	require.Equal(t, "auto4-web-eth0-a5bd3", res.IPs[0].Pool)
 }

@@ -7,7 +7,13 @@
 //   - LabelSelector and ToLabelSelector convert between a
 //     metav1.LabelSelector and an ipam.LabelSelector, which has the same JSON
 //     shape and meaning;
-//   - Request builds an ipam.Request from a pod, its namespace and its node.
+//   - Request builds an ipam.Request from a pod, its namespace and its node;
+//     App finds the pod's application (its top controller, for
+//     ipam.Request.App) from its owner reference and, for a ReplicaSet or
+//     a Job, that owner's;
+//   - Application turns a Deployment, ReplicaSet, StatefulSet, DaemonSet,
+//     Job or CronJob into the ipam.Application whose SpiderSubnet auto-pools
+//     ipam.DecideAutoPools and ipam.SubnetManager decide.
 //
 // The functions are pure: they copy what they keep, never modify their
 // arguments, and are safe for concurrent use. Objects from an informer's
