@@ -118,10 +118,12 @@ func (r AppRef) IsNative() bool {
 	return false
 }
 
-// application returns Spiderpool's name for r in a subnet's
-// controlledIPPools: "<group>_<version>_<Kind>_<namespace>_<name>", without
-// the group part for the core group.
-func (r AppRef) application() string {
+// StatusName returns the name Spiderpool gives r in a subnet's
+// status.controlledIPPools (ControlledIPs.Application):
+// "<group>_<version>_<Kind>_<namespace>_<name>", such as
+// "apps_v1_Deployment_default_web", without the group part for the core
+// group.
+func (r AppRef) StatusName() string {
 	parts := []string{r.Version(), r.Kind, r.Namespace, r.Name}
 	if g := r.Group(); g != "" {
 		parts = append([]string{g}, parts...)
