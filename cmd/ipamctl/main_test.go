@@ -104,6 +104,7 @@ func TestGolden(t *testing.T) {
 		// applications get no pool, the others do.
 		{"plan-bad.golden", []string{"plan", "-f", "testdata/plan-bad.yaml"}},
 		{"plan-bad.json.golden", []string{"plan", "-f", "testdata/plan-bad.yaml", "-o", "json"}},
+		{"validate-plan-bad.golden", []string{"validate", "-f", "testdata/plan-bad.yaml"}},
 		// An auto-created pool serves only its application's pods: the
 		// pod's application is found through its ReplicaSet.
 		{"explain-subnets.golden", []string{"explain", "-f", "testdata/subnets.yaml"}},
