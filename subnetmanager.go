@@ -43,6 +43,20 @@ type SubnetManagerOptions struct {
 	Claims store.Store
 	// AutoPool tunes the decisions (the default pool size).
 	AutoPool AutoPoolOptions
+	// Apply, if set, writes each change of an auto-pool where the pools
+	// live (SpiderIPPool objects, say) before the manager serves it: the
+	// decisions AutoPoolCreate, AutoPoolGrow, AutoPoolShrink,
+	// AutoPoolUpdate, AutoPoolTerminate and AutoPoolDelete, with the pool as
+	// the decision leaves it (for AutoPoolDelete, the pool deleted). It is
+	// called with the lock of the pool's subnet held, so the changes of one
+	// subnet are written one at a time, in order, and those of different
+	// subnets in parallel. A shrink or a deletion has claimed the addresses
+	// it gives back when Apply is called. If Apply returns an error, the
+	// change is not made: the addresses stay where they were, and the
+	// decision becomes an AutoPoolWait whose Err wraps ErrNotReady and says
+	// why, retried on Sync. An application's pools are then not all or
+	// nothing: those written stay.
+	Apply func(ctx context.Context, d *AutoPoolDecision) error
 	// Logger receives debug records. Nil discards them.
 	Logger *slog.Logger
 }
@@ -81,6 +95,7 @@ type SubnetManagerOptions struct {
 // call NewSubnetManager.
 type SubnetManager struct {
 	opts     AutoPoolOptions
+	writer   func(context.Context, *AutoPoolDecision) error
 	claims   store.Store
 	log      *slog.Logger
 	manual   *Catalog
@@ -187,6 +202,7 @@ func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
 	}
 	m := &SubnetManager{
 		opts:     opts.AutoPool,
+		writer:   opts.Apply,
 		claims:   opts.Claims,
 		log:      opts.Logger,
 		subnets:  make(map[string]*subnetState, len(opts.Subnets)),
@@ -564,13 +580,22 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 		if d.Action != AutoPoolShrink {
 			continue
 		}
-		if err := m.retire(ctx, d.Pool.Name(), d.Removed); err != nil {
+		err := m.retire(ctx, d.Pool.Name(), d.Removed)
+		reason := fmt.Sprintf("shrinking: %v; retried when a pod is deleted", err)
+		if err == nil {
+			if err = m.write(ctx, d); err != nil {
+				reason = fmt.Sprintf("shrinking: %v; retried on Sync", err)
+				if uerr := m.unretire(ctx, d.Pool.Name(), d.Removed); uerr != nil {
+					m.log.Warn("ipam: cannot drop retirement claims; those addresses stay unused", "pool", d.Pool.Name(), "err", uerr)
+				}
+			}
+		}
+		if err != nil {
 			m.mu.Lock()
 			was := m.auto[d.Pool.Name()]
 			m.mu.Unlock()
-			reason := fmt.Sprintf("shrinking: %v; retried when a pod is deleted", err)
 			d.Pool, d.Removed, d.Action, d.Message = was, nil, AutoPoolWait, reason
-			d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: was.Name(), Reason: reason, Err: ErrNotReady}
+			d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: was.Name(), Reason: reason, Err: errors.Join(ErrNotReady, unwrapWrite(err))}
 			continue
 		}
 		e.release(d)
@@ -601,11 +626,30 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 	return p.decisions, freed
 }
 
-// commit applies one decision of apply (other than the retirement of a
-// shrink's addresses, done before).
+// commit applies one decision of apply (a shrink was written with the
+// retirement of its addresses, before).
 func (m *SubnetManager) commit(ctx context.Context, e *autoPoolEngine, d *AutoPoolDecision) {
 	switch d.Action {
-	case AutoPoolCreate, AutoPoolGrow, AutoPoolShrink, AutoPoolUpdate:
+	case AutoPoolCreate, AutoPoolGrow, AutoPoolUpdate:
+		if err := m.write(ctx, d); err != nil {
+			m.mu.Lock()
+			was := m.auto[d.PoolName()]
+			m.mu.Unlock()
+			// The addresses taken for it go back to the subnet.
+			if len(d.Added) > 0 {
+				var b netipx.IPSetBuilder
+				b.AddSet(e.freeSet(m.subnets[d.Subnet].s))
+				for _, r := range d.Added {
+					b.AddRange(r)
+				}
+				e.free[d.Subnet], _ = b.IPSet()
+			}
+			reason := fmt.Sprintf("%s: %v; retried on Sync", d.Action, err)
+			d.Pool, d.Added, d.Action, d.Message = was, nil, AutoPoolWait, reason
+			d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: d.PoolName(), Reason: reason, Err: errors.Join(ErrNotReady, unwrapWrite(err))}
+			return
+		}
+	case AutoPoolShrink:
 	default:
 		return
 	}
@@ -749,16 +793,29 @@ func (m *SubnetManager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a 
 	name := a.Name()
 	st := m.subnets[a.Subnet]
 	d := e.reclaim(a)
+	wait := func(reason string, err error) {
+		d.Action, d.Removed, d.Message, d.Pool = AutoPoolWait, nil, reason, a
+		d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: name, Reason: reason, Err: errors.Join(ErrNotReady, unwrapWrite(err))}
+	}
 	switch d.Action {
 	case AutoPoolTerminate:
+		if err := m.write(ctx, &d); err != nil {
+			wait(fmt.Sprintf("terminating: %v; retried on Sync", err), err)
+			break
+		}
 		m.mu.Lock()
 		m.publishLocked(st, d.Pool)
 		m.mu.Unlock()
 	case AutoPoolDelete:
 		if err := m.retire(ctx, name, d.Removed); err != nil {
-			reason := fmt.Sprintf("deleting: %v; retried when a pod is deleted", err)
-			d.Action, d.Removed, d.Message = AutoPoolWait, nil, reason
-			d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: name, Reason: reason, Err: ErrNotReady}
+			wait(fmt.Sprintf("deleting: %v; retried when a pod is deleted", err), nil)
+			break
+		}
+		if err := m.write(ctx, &d); err != nil {
+			if uerr := m.unretire(ctx, name, nil); uerr != nil {
+				m.log.Warn("ipam: cannot drop retirement claims; those addresses stay unused", "pool", name, "err", uerr)
+			}
+			wait(fmt.Sprintf("deleting: %v; retried on Sync", err), err)
 			break
 		}
 		m.mu.Lock()
@@ -775,6 +832,32 @@ func (m *SubnetManager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a 
 		m.mu.Unlock()
 	}
 	return d
+}
+
+// write writes decision d where the pools live (Options.Apply), if that is
+// set. Its error is a *writeError.
+func (m *SubnetManager) write(ctx context.Context, d *AutoPoolDecision) error {
+	if m.writer == nil {
+		return nil
+	}
+	if err := m.writer(ctx, d); err != nil {
+		return &writeError{err}
+	}
+	return nil
+}
+
+// writeError is an error of Options.Apply.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return "writing the pool: " + e.err.Error() }
+
+// unwrapWrite returns the error of Options.Apply in err, or nil.
+func unwrapWrite(err error) error {
+	var we *writeError
+	if errors.As(err, &we) {
+		return we.err
+	}
+	return nil
 }
 
 // waitFor returns the waiters of a subnet. The caller holds m.mu.

@@ -431,3 +431,82 @@ func TestSubnetManagerModel(t *testing.T) {
 		})
 	}
 }
+
+// TestSubnetManagerApply checks Options.Apply: every change is written
+// before it is served, in order, and a change whose write fails is not made
+// (its addresses stay where they were) and is made on Sync once writes work.
+func TestSubnetManagerApply(t *testing.T) {
+	ctx := t.Context()
+	st := memstore.New()
+	var mu sync.Mutex
+	var written []string
+	fail := false
+	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: st,
+		Apply: func(_ context.Context, d *ipam.AutoPoolDecision) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if fail {
+				return errors.New("the API server said no")
+			}
+			written = append(written, fmt.Sprintf("%s %s %v", d.Action, d.PoolName(), ssIPs(d.Pool)))
+			return nil
+		}})
+	require.NoError(t, err)
+	setFail := func(v bool) { mu.Lock(); fail = v; mu.Unlock() }
+	app := ssApp("Deployment", "web", ssUID, 2, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+
+	// A create whose write fails: nothing served, no address taken.
+	setFail(true)
+	ds, err := m.SetApplication(ctx, app)
+	require.ErrorIs(t, err, ipam.ErrNotReady)
+	require.ErrorContains(t, err, "create: writing the pool: the API server said no; retried on Sync")
+	require.Equal(t, ipam.AutoPoolWait, ssOnly(t, ds).Action)
+	require.Empty(t, m.AutoPools())
+	require.Equal(t, int64(0), m.Status()[0].AllocatedIPCount)
+	_, served := m.Pool("auto4-web-eth0-a5bd3")
+	require.False(t, served)
+	_, err = m.AutoPool(&ipam.Request{Namespace: "default", Name: "web-0", UID: "uid-web-0", App: app.AppRef}, "eth0", 4, "subnet-6")
+	require.ErrorIs(t, err, ipam.ErrNotReady)
+
+	// Sync makes it once writes work.
+	setFail(false)
+	ds, err = m.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ipam.AutoPoolCreate, ssOnly(t, ds).Action)
+
+	// A grow, then a shrink whose write fails and then works, then the
+	// application goes.
+	app.Replicas = intp(4)
+	_, err = m.SetApplication(ctx, app)
+	require.NoError(t, err)
+	app.Replicas = intp(1)
+	setFail(true)
+	ds, err = m.SetApplication(ctx, app)
+	require.ErrorContains(t, err, "shrinking: writing the pool: the API server said no")
+	require.Equal(t, ipam.AutoPoolWait, ssOnly(t, ds).Action)
+	require.Equal(t, []string{"10.6.168.101-10.6.168.105"}, ssIPs(m.AutoPools()[0]))
+	claims, err := st.List(ctx, "auto4-web-eth0-a5bd3")
+	require.NoError(t, err)
+	require.Empty(t, claims, "the addresses claimed to retire them are given back")
+	setFail(false)
+	_, err = m.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"10.6.168.104-10.6.168.105"}, ssIPs(m.AutoPools()[0]))
+
+	setFail(true)
+	ds, err = m.DeleteApplication(ctx, app.AppRef)
+	require.NoError(t, err)
+	require.Equal(t, ipam.AutoPoolWait, ssOnly(t, ds).Action)
+	require.Len(t, m.AutoPools(), 1, "a deletion whose write failed keeps the pool")
+	setFail(false)
+	ds, err = m.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ipam.AutoPoolDelete, ssOnly(t, ds).Action)
+	require.Empty(t, m.AutoPools())
+	require.Equal(t, []string{
+		"create auto4-web-eth0-a5bd3 [10.6.168.101-10.6.168.103]",
+		"grow auto4-web-eth0-a5bd3 [10.6.168.101-10.6.168.105]",
+		"shrink auto4-web-eth0-a5bd3 [10.6.168.104-10.6.168.105]",
+		"delete auto4-web-eth0-a5bd3 [10.6.168.104-10.6.168.105]",
+	}, written)
+}
