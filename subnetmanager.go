@@ -414,19 +414,26 @@ func (m *SubnetManager) DeleteApplication(ctx context.Context, ref AppRef) ([]Au
 }
 
 // Resync reconciles against the complete list of applications, as after a
-// restart: every application is set (SetApplication), and the auto-pools
-// none accounts for are reclaimed.
+// restart: the applications not in apps are forgotten and the auto-pools
+// none of apps accounts for are reclaimed first, so that the addresses they
+// give back are free for the others; then every application is set
+// (SetApplication).
 func (m *SubnetManager) Resync(ctx context.Context, apps []Application) ([]AutoPoolDecision, error) {
-	var ds []AutoPoolDecision
-	var errs []error
 	live := make(map[string]bool, len(apps))
 	for _, app := range apps {
 		live[app.UID] = true
-		d, err := m.SetApplication(ctx, app)
-		ds = append(ds, d...)
-		errs = append(errs, err)
 	}
 	m.mu.Lock()
+	for uid := range m.apps {
+		if !live[uid] {
+			delete(m.apps, uid)
+		}
+	}
+	for k := range m.pending {
+		if !live[k.uid] {
+			delete(m.pending, k)
+		}
+	}
 	var orphans []string
 	for name, a := range m.auto {
 		if !live[a.App.UID] {
@@ -435,6 +442,7 @@ func (m *SubnetManager) Resync(ctx context.Context, apps []Application) ([]AutoP
 	}
 	m.mu.Unlock()
 	slices.Sort(orphans)
+	var ds []AutoPoolDecision
 	var freed []string
 	for _, name := range orphans {
 		d, f := m.reclaimPool(ctx, name)
@@ -444,7 +452,14 @@ func (m *SubnetManager) Resync(ctx context.Context, apps []Application) ([]AutoP
 		freed = append(freed, f...)
 	}
 	more, err := m.retry(ctx, freed)
-	return append(ds, more...), errors.Join(append(errs, err)...)
+	ds = append(ds, more...)
+	errs := []error{err}
+	for _, app := range apps {
+		d, err := m.SetApplication(ctx, app)
+		ds = append(ds, d...)
+		errs = append(errs, err)
+	}
+	return ds, errors.Join(errs...)
 }
 
 // Sync retries everything that waits: pools waiting for free addresses,

@@ -510,3 +510,30 @@ func TestSubnetManagerApply(t *testing.T) {
 		"delete auto4-web-eth0-a5bd3 [10.6.168.104-10.6.168.105]",
 	}, written)
 }
+
+// TestSubnetManagerResyncReclaimsFirst: after a restart, the pools of the
+// applications that went are reclaimed before the others grow, so that
+// their addresses are free for them (a regression: Resync set the
+// applications first, and a growth that needed those addresses waited).
+func TestSubnetManagerResyncReclaimsFirst(t *testing.T) {
+	ctx := t.Context()
+	sub := `{"ipv4":["subnet-6"]}`
+	kept := ssApp("Deployment", "kept", "u-kept-aaaaa", 2, ssAnn(ipam.AnnotationSubnet, sub))
+	gone := ssApp("Deployment", "gone", "u-gone-bbbbb", 2, ssAnn(ipam.AnnotationSubnet, sub))
+	st := memstore.New()
+	m1, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: st})
+	require.NoError(t, err)
+	mustSetApp(t, m1, kept)
+	mustSetApp(t, m1, gone)
+	m2, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: st, AutoPools: m1.AutoPools()})
+	require.NoError(t, err)
+	kept.Replicas = intp(7) // 8 addresses: 5 more, and 4 are free unless gone's 3 come back
+	ds, err := m2.Resync(ctx, []ipam.Application{kept})
+	require.NoError(t, err)
+	actions := map[string]ipam.AutoPoolAction{}
+	for _, d := range ds {
+		actions[d.PoolName()] = d.Action
+	}
+	require.Equal(t, map[string]ipam.AutoPoolAction{"auto4-gone-eth0-bbbbb": ipam.AutoPoolDelete, "auto4-kept-eth0-aaaaa": ipam.AutoPoolGrow}, actions)
+	require.Equal(t, []string{"10.6.168.101-10.6.168.108"}, ssIPs(m2.AutoPools()[0]))
+}

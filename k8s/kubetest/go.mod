@@ -3,6 +3,7 @@ module github.com/ipamkit/ipam/k8s/kubetest
 go 1.26.0
 
 require (
+	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/zap v1.27.1
 	k8s.io/api v0.37.2
@@ -15,7 +16,7 @@ require (
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad
 )
 
-require go4.org/netipx v0.0.0-20260823151212-3075585bcbeb // indirect
+require go4.org/netipx v0.0.0-20260823151212-3075585bcbeb
 
 require (
 	cel.dev/expr v0.25.2 // indirect
