@@ -113,14 +113,7 @@ func statefulSet(t testing.TB, ns, name string, replicas int32, ann map[string]s
 	if !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
-	s := &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas: &replicas,
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: ann}},
-		},
-	}
-	out, err := c.Create(ctx, s, metav1.CreateOptions{})
+	out, err := c.Create(ctx, statefulSetObject(ns, name, replicas, ann), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("creating StatefulSet %s/%s: %v", ns, name, err)
 	}
@@ -130,6 +123,17 @@ func statefulSet(t testing.TB, ns, name string, replicas int32, ann map[string]s
 		}
 	})
 	return out
+}
+
+// statefulSetObject is a StatefulSet whose pod template has ann.
+func statefulSetObject(ns, name string, replicas int32, ann map[string]string) *appsv1.StatefulSet {
+	return &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: &replicas,
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: ann}},
+		},
+	}
 }
 
 func subnetAnn(subnet string, kv ...string) map[string]string {
