@@ -276,12 +276,23 @@ func NewAllocator(opts Options) (*Allocator, error) {
 	if opts.Spread != "" {
 		h := fnv.New64a()
 		h.Write([]byte(opts.Spread))
-		a.spread = h.Sum64() | 1 // never 0
+		a.spread = mix64(h.Sum64()) | 1 // never 0
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	return a, nil
+}
+
+// mix64 mixes the bits of h (MurmurHash3's finalizer): FNV-1a alone hardly
+// changes the high bits for names that differ in their last characters.
+func mix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
 }
 
 // quarantineUntil returns until when an address released at now stays out of
