@@ -47,8 +47,10 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (Result, error) {
 // the addresses this call claimed are released before the error returns, and
 // the addresses the owner held before the call are kept. Requested addresses
 // are placed before anything is claimed, and claimed before any dynamic
-// address. ErrExhausted is reported only once a List of the pool, read during
-// the call, agrees.
+// address. ErrExhausted is reported only once the Store agrees: a List of the
+// pool read during the call, or, from a Store with pool versions
+// (store.PoolVersioner), a version unchanged since the List the Allocator
+// knows the pool from.
 func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) (Result, error) {
 	if ctx == nil {
 		return Result{}, errNilContext
@@ -324,12 +326,16 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 				return unavailable(t, idx, want)
 			}
 			if !listed {
-				// Full as far as the index knows: ask the Store.
+				// Full as far as the index knows: ask the Store, which
+				// confirms it at once if nothing changed since the
+				// index was filled.
 				listed = true
-				if err := a.fill(ctx, idx); err != nil {
-					return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
+				if !a.unchanged(ctx, idx) {
+					if err := a.fill(ctx, idx); err != nil {
+						return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
+					}
+					continue
 				}
-				continue
 			}
 			if !t.checked {
 				// The owner may hold one of the addresses: a repeat
@@ -357,24 +363,36 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 		switch {
 		case err == nil:
 			idx.created(ip, at)
-			if !exclusive {
-				lost, err := a.settle(ctx, t, idx, c, hs)
-				if err != nil {
-					return err
+			if gone, outside := a.redefinedWithout(ctx, idx, c); gone || outside {
+				// The pool changed while the address was being claimed,
+				// and no longer has it (a shrink gave it back): give the
+				// claim back and try again in the pool as it is now.
+				if err := a.deleteAt(context.WithoutCancel(ctx), idx, c.IP, c.Revision, time.Time{}); err != nil {
+					return &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err, Reason: "store: " + err.Error()}
 				}
-				if lost {
-					if t.reused {
-						return nil
-					}
-					if settles++; settles >= maxSettle {
-						return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrConflict,
-							Reason: "other allocations for " + owner.String() + " kept racing this one: try again"}
-					}
-					continue
+				switch {
+				case gone:
+					return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrNotFound, Reason: "no such pool any more"}
+				case want.IsValid():
+					return unavailable(t, idx, want)
 				}
+				continue
 			}
-			t.setServed(idx, c)
-			return nil
+			if exclusive {
+				t.setServed(idx, c)
+				if at.lay == t.lay {
+					t.rng = at.rng
+				}
+				return nil
+			}
+			served, err := a.settle(ctx, t, idx, c, hs)
+			if err != nil || served {
+				return err
+			}
+			if settles++; settles >= maxSettle {
+				return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrConflict,
+					Reason: "other allocations for " + owner.String() + " kept racing this one: try again"}
+			}
 		case errors.Is(err, store.ErrHeld):
 			// The owner holds an address of this family on this interface
 			// (or on none) already: another Allocator served it, or this
@@ -408,6 +426,28 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			return &AllocationError{Interface: t.iface, Pool: idx.name, IP: ip, Err: err, Reason: "store: " + err.Error()}
 		}
 	}
+}
+
+// redefinedWithout reports whether the PoolSource no longer has idx's pool,
+// or has redefined it since c's address was reserved so that it no longer
+// hands that address out. The index then takes the new definition. A Catalog
+// never changes.
+func (a *Allocator) redefinedWithout(ctx context.Context, idx *poolIndex, c store.Claim) (gone, outside bool) {
+	if a.static {
+		return false, false
+	}
+	p, ok := a.source.Pool(idx.name)
+	switch {
+	case !ok:
+		return true, false
+	case p == idx.def.Load().pool:
+		return false, false
+	}
+	if _, err := a.index(ctx, idx.name); err != nil {
+		return true, false
+	}
+	_, allocatable := idx.def.Load().layout.ordinal(c.IP)
+	return false, !allocatable
 }
 
 // unavailable is the error for a requested address someone else holds.
@@ -451,6 +491,7 @@ type task struct {
 	want   netip.Addr // requested address, if any
 	ip     netip.Addr
 	rev    int64 // revision of the claim this call created or adopted
+	rng    int   // 1 + the index in lay.ranges of ip's range, when known; else 0
 	reused bool
 	// checked says what the owner holds was matched against this task.
 	checked bool
@@ -477,7 +518,7 @@ type task struct {
 // setServed makes claim c, just created in idx, t's address.
 func (t *task) setServed(idx *poolIndex, c store.Claim) {
 	def := idx.def.Load()
-	t.idx, t.pool, t.lay, t.ip, t.rev = idx, def.pool, def.layout, c.IP, c.Revision
+	t.idx, t.pool, t.lay, t.ip, t.rev, t.rng = idx, def.pool, def.layout, c.IP, c.Revision, 0
 }
 
 // appendTrace appends t's trace entries to out, completing them.
@@ -578,7 +619,9 @@ func (t *task) ownerName(o store.Owner) string {
 
 func (t *task) config() IPConfig {
 	var r Range
-	if si, ok := t.lay.segAt(t.ip); ok {
+	if t.rng > 0 {
+		r = t.lay.ranges[t.rng-1]
+	} else if si, ok := t.lay.segAt(t.ip); ok {
 		r = t.lay.ranges[t.lay.segs[si].rng]
 	} else if k := t.lay.rangeOf(t.ip); k >= 0 {
 		r = t.lay.ranges[k]

@@ -29,11 +29,33 @@
 // in one process or many, can share a Store and never hand one address to two
 // owners.
 //
+// # The Store is the one truth
+//
+// An Allocator remembers nothing an answer depends on. Which addresses an
+// owner holds is asked of the Store (store.Store's Owned) on every Allocate,
+// Release and Lookup, so a pod served by one Allocator is found by any other:
+// a CNI plugin that starts per call, the agents of many nodes, the replicas of
+// a controller. What an Allocator keeps per pool is a hint: which addresses it
+// knows to be used and where round-robin resumes. A new Allocator reads only
+// the pool's cursor and probes forward from it with conditional creates, so
+// its first allocation costs O(1) Store calls with round-robin (lowest-free
+// needs the whole pool once: one List); a create that finds the address taken
+// teaches the hint, a few in a row make it List the pool, and ErrExhausted is
+// said only after a List taken during the call agrees. Follow keeps the hints
+// current from a Store that can watch. A pool that shares addresses with
+// another pool of its PoolSource is refused (ErrOverlap): claims are keyed by
+// pool and address, and the refusal is what keeps one address from two
+// owners whatever a PoolSource returns.
+//
 // # The caller's duties
 //
 //   - Treat a *Pool as immutable once a PoolSource returns it; publish a new
-//     value to change a pool. The Allocator rebuilds its index when the pointer
-//     changes and keeps every claim.
+//     value to change a pool, and keep the same value while it does not
+//     change. The Allocator starts its hint for the pool afresh when the
+//     pointer changes; the claims stay in the Store.
+//   - Give Allocators that share a Store PoolSources that agree: an
+//     Allocator refuses a pool that overlaps another pool of its own source,
+//     not one that only another Allocator's source holds.
 //   - Identify owners consistently: by pod UID, or by container ID when there is
 //     no pod (host-local). Asking again with the same identity and interface
 //     returns the same addresses.
@@ -44,7 +66,8 @@
 //
 // Every time-dependent method has a form that takes the time as an argument
 // (AllocateAt, ReleaseAt); the short forms call time.Now. The package starts no
-// goroutines and keeps no package-level state.
+// goroutines and keeps no package-level state: Follow blocks in the caller's
+// goroutine.
 //
 // # Speed
 //

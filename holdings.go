@@ -182,11 +182,20 @@ func (a *Allocator) adopt(ctx context.Context, t *task, idx *poolIndex, c store.
 
 // settle checks, after a create made without the Store's exclusive check,
 // that no other claim serves t for the owner: another Allocator may have
-// served the same owner at the same moment. If one does, the claim just made,
-// c, is deleted and t reuses the other (or, if that one is gone too, starts
-// over): of two racing calls, at least the later sees both, and only a call
-// that sees another claim gives its own up, so the owner keeps one.
-func (a *Allocator) settle(ctx context.Context, t *task, idx *poolIndex, c store.Claim, hs *holdings) (lost bool, err error) {
+// served the same owner at the same moment. It reports whether t is served:
+// by c, the claim just made, or by a rival claim; if neither, the caller
+// starts over.
+//
+// Racing calls agree with nothing but conditional writes. A call that sees a
+// rival gives its own claim up with a Delete at the revision it created, and
+// takes the rival with an Update at the revision it read (a touch). A Delete
+// that fails because the revision changed means a rival call took this claim
+// meanwhile: it is kept, and served by both. A touch that fails means the
+// rival's maker gave it up: the call starts over. So whatever the
+// interleaving, a claim a call returns is one no racing call deletes: of two
+// calls that each see the other, either one's claim is taken by the other, or
+// both start over.
+func (a *Allocator) settle(ctx context.Context, t *task, idx *poolIndex, c store.Claim, hs *holdings) (served bool, err error) {
 	q := hs.owner.Query()
 	q.Interface = t.iface
 	cs, err := a.owned(ctx, q)
@@ -196,24 +205,54 @@ func (a *Allocator) settle(ctx context.Context, t *task, idx *poolIndex, c store
 		}
 		return false, &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err, Reason: "reading what the owner holds: " + err.Error()}
 	}
-	rival := false
-	for _, x := range cs {
-		if x.Key() != c.Key() && t.serves(x) && !hs.isUsed(x) {
-			rival = true
-			break
+	rival := -1
+	for i, x := range cs {
+		if x.Key() == c.Key() || !t.serves(x) || hs.isUsed(x) {
+			continue
+		}
+		if rival < 0 || compareClaims(x, cs[rival]) < 0 {
+			rival = i
 		}
 	}
-	if !rival {
-		return false, nil
+	if rival < 0 {
+		t.setServed(idx, c)
+		return true, nil
 	}
-	if err := a.deleteAt(context.WithoutCancel(ctx), idx, c.IP, c.Revision, time.Time{}); err != nil {
+	// Give ours up.
+	switch err := a.store.Delete(context.WithoutCancel(ctx), c.Pool, c.IP, c.Revision); {
+	case err == nil:
+		idx.forget(c.IP)
+	case errors.Is(err, store.ErrConflict):
+		// A racing call took ours: keep it.
+		cur, gerr := a.store.Get(ctx, c.Pool, c.IP)
+		if gerr == nil && q.Matches(cur) && t.serves(cur) {
+			t.setServed(idx, cur)
+			return true, nil
+		}
+	case errors.Is(err, store.ErrNotFound):
+		idx.forget(c.IP)
+	default:
 		return false, &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err,
 			Reason: "giving back a second address of " + hs.owner.String() + ": " + err.Error()}
 	}
-	if err := a.readHoldings(ctx, hs); err != nil {
-		return true, &AllocationError{Interface: t.iface, Err: err, Reason: "reading what the owner holds: " + err.Error()}
+	// Take the rival, if its maker has not given it up.
+	r := cs[rival]
+	ridx, err := a.index(ctx, r.Pool)
+	if err != nil {
+		return false, nil // a pool gone meanwhile: start over
 	}
-	return true, a.reuse(ctx, t, hs)
+	touched, err := a.store.Update(ctx, r, r.Revision)
+	switch {
+	case err == nil:
+		hs.use(touched)
+		def := ridx.def.Load()
+		t.idx, t.pool, t.lay, t.ip, t.rev, t.reused = ridx, def.pool, def.layout, touched.IP, touched.Revision, true
+		ridx.learn(touched.IP)
+		return true, nil
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
+		return false, nil
+	}
+	return false, &AllocationError{Interface: t.iface, Pool: r.Pool, IP: r.IP, Err: err, Reason: "store: " + err.Error()}
 }
 
 // releaseStale releases c, a claim its owner no longer uses, at the revision

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go4.org/netipx"
@@ -231,10 +232,13 @@ type Allocator struct {
 	store   store.Store
 	cursors store.Cursors          // nil if the Store keeps none
 	excl    store.ExclusiveCreator // nil if the Store cannot check owners as it creates
+	vers    store.PoolVersioner    // nil if the Store has no pool versions
 	log     *slog.Logger
 	quarant time.Duration
 
-	pools readmap.Map[*poolIndex]
+	pools  readmap.Map[*poolIndex]
+	follow atomic.Pointer[follower] // set while Follow runs
+	spans  spans                    // of the PoolSource's pools, for the overlap check
 }
 
 // NewAllocator returns an Allocator for the options.
@@ -253,6 +257,7 @@ func NewAllocator(opts Options) (*Allocator, error) {
 	}
 	a.cursors, _ = a.store.(store.Cursors)
 	a.excl, _ = a.store.(store.ExclusiveCreator)
+	a.vers, _ = a.store.(store.PoolVersioner)
 	_, a.static = a.source.(*Catalog)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)

@@ -315,9 +315,19 @@ func ParsePool(data []byte) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Validate what did parse too, so that one bad value does not hide the
-	// problems of the others; a field that did not parse is not reported
-	// again.
+	if err := fe.withValidation(p.Validate()); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// withValidation returns the problems of parsing (fe) joined with those of
+// validating what did parse (verr), so that one bad value does not hide the
+// problems of the others; a field that did not parse is not reported again.
+func (fe *fieldErrors) withValidation(verr error) error {
+	if verr == nil {
+		return fe.err()
+	}
 	bad := make(map[string]bool, len(fe.errs))
 	for _, e := range fe.errs {
 		var f *FieldError
@@ -325,19 +335,14 @@ func ParsePool(data []byte) (*Pool, error) {
 			bad[f.Field] = true
 		}
 	}
-	if verr := p.Validate(); verr != nil {
-		for _, e := range unjoin(verr) {
-			var f *FieldError
-			if errors.As(e, &f) && bad[f.Field] {
-				continue
-			}
-			fe.errs = append(fe.errs, e)
+	for _, e := range unjoin(verr) {
+		var f *FieldError
+		if errors.As(e, &f) && bad[f.Field] {
+			continue
 		}
+		fe.errs = append(fe.errs, e)
 	}
-	if err := fe.err(); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return fe.err()
 }
 
 // unjoin returns the errors err joins, or err alone.
@@ -764,11 +769,7 @@ func (p *Pool) rangeSet(fe *fieldErrors) []Range {
 // podAffinity, when set, is not empty. Checks across pools are in ValidatePools.
 func (p *Pool) Validate() error {
 	fe := &fieldErrors{object: p.object()}
-	if p.Name == "" {
-		fe.add("name", "", "required")
-	} else if len(p.Name) > 253 || strings.ContainsAny(p.Name, " \t\r\n") {
-		fe.add("name", p.Name, "must be at most 253 characters without white space")
-	}
+	validateObjectName(fe, p.Name)
 	switch {
 	case len(p.Ranges) > 0 && p.Subnet.IsValid():
 		fe.add("subnet", p.Subnet.String(), "ranges and subnet are exclusive: write a host-local range set or a SpiderIPPool spec, not both")
@@ -781,7 +782,7 @@ func (p *Pool) Validate() error {
 		}
 		p.validateRanges(fe)
 	case p.Subnet.IsValid():
-		p.validateSpider(fe)
+		p.validateSpider(fe, "pool")
 	default:
 		fe.add("subnet", "", "required (or ranges)")
 	}
@@ -813,6 +814,16 @@ func (p *Pool) Validate() error {
 	p.NamespaceAffinity.validate(fe, "namespaceAffinity")
 	p.PodAffinity.validate(fe, "podAffinity")
 	return fe.err()
+}
+
+// validateObjectName checks the name of a pool or a subnet: required, at most
+// 253 characters, no white space.
+func validateObjectName(fe *fieldErrors, name string) {
+	if name == "" {
+		fe.add("name", "", "required")
+	} else if len(name) > 253 || strings.ContainsAny(name, " \t\r\n") {
+		fe.add("name", name, "must be at most 253 characters without white space")
+	}
 }
 
 func (p *Pool) validateRanges(fe *fieldErrors) {
@@ -857,7 +868,9 @@ func (p *Pool) validateExcludes(fe *fieldErrors, fam int, subnet netip.Prefix) {
 	}
 }
 
-func (p *Pool) validateSpider(fe *fieldErrors) {
+// validateSpider checks a SpiderIPPool-form spec; noun names what it is
+// ("pool", "subnet") in messages.
+func (p *Pool) validateSpider(fe *fieldErrors, noun string) {
 	s := p.Subnet
 	fam := familyOf(s.Addr())
 	if p.IPVersion != 0 && p.IPVersion != fam {
@@ -875,7 +888,7 @@ func (p *Pool) validateSpider(fe *fieldErrors) {
 		field := fmt.Sprintf("ips[%d]", i)
 		v := formatIPRanges([]netipx.IPRange{r})[0]
 		if familyOf(r.From()) != fam {
-			fe.add(field, v, "not of the pool's IP family IPv%d", fam)
+			fe.add(field, v, "not of the %s's IP family IPv%d", noun, fam)
 		} else if !(s.Contains(r.From()) && s.Contains(r.To())) {
 			fe.add(field, v, "not inside subnet %s", s)
 		}
@@ -901,7 +914,7 @@ func (p *Pool) validateSpider(fe *fieldErrors) {
 			continue
 		}
 		if familyOf(rt.Dst.Addr()) != fam {
-			fe.add(path+".dst", rt.Dst.String(), "not of the pool's IP family IPv%d", fam)
+			fe.add(path+".dst", rt.Dst.String(), "not of the %s's IP family IPv%d", noun, fam)
 		}
 		if rt.Dst.Bits() == 0 {
 			fe.add(path+".dst", rt.Dst.String(), "default route not allowed in routes: set gateway to get a default route")

@@ -42,7 +42,14 @@ type poolIndex struct {
 	// since by this Allocator's writes (and its Follow, if any). Without it,
 	// tree knows only the addresses this Allocator claimed or found taken.
 	complete bool
-	misses   int // Creates in a row that found the address taken
+	// listed is the Store's version of the pool (PoolVersioner) read just
+	// before the List that filled the tree; valid while listedOK.
+	listed   uint64
+	listedOK bool
+	// gen counts the trees the index had: a reservation made in the tree of
+	// now needs no second look once its claim is created.
+	gen    atomic.Uint64
+	misses atomic.Int32 // Creates in a row that found the address taken
 
 	quarantine []quarantined            // releases still kept, in the order they came
 	quarUntil  map[netip.Addr]time.Time // each quarantined address and its latest end
@@ -106,11 +113,20 @@ func (a *Allocator) index(ctx context.Context, name string) (*poolIndex, error) 
 	if err != nil {
 		return nil, err
 	}
+	first := idx.def.Load() == nil
 	var cursor netip.Addr
-	if a.cursors != nil && idx.def.Load() == nil {
+	if a.cursors != nil && first {
 		if cursor, err = a.cursors.Cursor(ctx, name); err != nil {
 			a.log.Warn("ipam: cannot read last reserved address", "pool", name, "err", err)
 		}
+	}
+	if f := a.follow.Load(); f != nil && first {
+		// Start from what the watch reported of the pool.
+		f.mu.Lock()
+		idx.install(def, cursor)
+		idx.replace(f.take(name))
+		f.mu.Unlock()
+		return idx, nil
 	}
 	idx.install(def, cursor)
 	return idx, nil
@@ -140,44 +156,103 @@ func (a *Allocator) newDef(p *Pool, reserved *netipx.IPSet) (*poolDef, error) {
 		}
 	}
 	if !a.static {
-		def.refused = overlapping(a.source, p, def.layout)
+		def.refused = a.overlapping(p, def.layout)
 	}
 	return def, nil
 }
 
 // overlapping returns an *OverlapError if some address of lay, p's layout,
-// can also be handed out by another pool of src; nil otherwise. Claims are
-// keyed by pool and address, so two pools that share an address could give
-// it to two owners: such a pool is refused, whatever the PoolSource says. A
-// Catalog has checked its pools against each other already.
-func overlapping(src PoolSource, p *Pool, lay *layout) error {
+// can also be handed out by another pool of the PoolSource; nil otherwise.
+// Claims are keyed by pool and address, so two pools that share an address
+// could give it to two owners: such a pool is refused, whatever the PoolSource
+// says. A Catalog has checked its pools against each other already.
+//
+// It looks at every pool of the source, through the span each pool covers,
+// worked out once per pool value (see spans): only a pool whose span meets
+// p's is compared address by address.
+func (a *Allocator) overlapping(p *Pool, lay *layout) error {
 	if len(lay.segs) == 0 {
 		return nil
 	}
 	lo, hi := lay.segs[lay.byAddr[0]].from, lay.segs[lay.byAddr[len(lay.byAddr)-1]].to
-	for q := range src.Pools() {
-		if q == nil || q.Name == p.Name || q.Family() != p.Family() {
-			continue
-		}
-		qs, err := q.RangeSet()
-		if err != nil || !boundsOverlap(qs, lo, hi) {
-			continue
+	return a.spans.each(a.source, func(q *Pool, sp span) error {
+		if q.Name == p.Name || !sp.meets(lo, hi) {
+			return nil
 		}
 		if shared := intersection(lay.allocatable, q.usable(nil)); shared.IsValid() {
 			return &OverlapError{Pool: p.Name, Other: q.Name, Addresses: shared}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
-// boundsOverlap reports whether some range of rs meets [lo, hi].
-func boundsOverlap(rs []Range, lo, hi netip.Addr) bool {
-	for _, r := range rs {
-		if !r.End.Less(lo) && !hi.Less(r.Start) {
-			return true
+// span is the first and last address of a pool's range set; the zero span
+// (an invalid pool) meets nothing.
+type span struct{ lo, hi netip.Addr }
+
+func (sp span) meets(lo, hi netip.Addr) bool {
+	return sp.lo.IsValid() && sp.lo.Is4() == lo.Is4() && !sp.hi.Less(lo) && !hi.Less(sp.lo)
+}
+
+func spanOf(q *Pool) span {
+	rs, err := q.RangeSet()
+	if err != nil || len(rs) == 0 {
+		return span{}
+	}
+	sp := span{rs[0].Start, rs[0].End}
+	for _, r := range rs[1:] {
+		if r.Start.Less(sp.lo) {
+			sp.lo = r.Start
+		}
+		if sp.hi.Less(r.End) {
+			sp.hi = r.End
 		}
 	}
-	return false
+	return sp
+}
+
+// spans remembers the span of each pool value a PoolSource returned, so that
+// checking one pool against all the others costs a map lookup per pool, not
+// the parsing of every range set. Values no longer in the source are
+// forgotten once they are as many as those in it.
+type spans struct {
+	mu sync.Mutex
+	m  map[*Pool]span
+}
+
+// each calls f with every pool of src and its span, until f returns an
+// error, which it returns.
+func (s *spans) each(src PoolSource, f func(*Pool, span) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = make(map[*Pool]span)
+	}
+	seen := 0
+	for q := range src.Pools() {
+		if q == nil {
+			continue
+		}
+		seen++
+		sp, ok := s.m[q]
+		if !ok {
+			sp = spanOf(q)
+			s.m[q] = sp
+		}
+		if err := f(q, sp); err != nil {
+			return err
+		}
+	}
+	if len(s.m) > 2*seen+16 {
+		live := make(map[*Pool]span, seen)
+		for q := range src.Pools() {
+			if sp, ok := s.m[q]; ok {
+				live[q] = sp
+			}
+		}
+		s.m = live
+	}
+	return nil
 }
 
 // intersection returns the first range the two sets share, or the zero
@@ -214,7 +289,9 @@ func (idx *poolIndex) install(def *poolDef, cursor netip.Addr) {
 // Called with mu held.
 func (idx *poolIndex) reset(lay *layout) {
 	idx.tree = newUsedTree(lay.levels)
-	idx.complete, idx.misses = false, 0
+	idx.gen.Add(1)
+	idx.complete, idx.listedOK = false, false
+	idx.misses.Store(0)
 	for ip := range idx.quarUntil {
 		if o, ok := lay.ordinal(ip); ok {
 			idx.tree.set(o)
@@ -229,6 +306,13 @@ func (a *Allocator) fill(ctx context.Context, idx *poolIndex) error {
 	// this Allocator either is in it or is applied after it.
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
+	var version uint64
+	versioned := false
+	if a.vers != nil {
+		v, err := a.vers.PoolVersion(ctx, idx.name)
+		versioned = err == nil
+		version = v
+	}
 	claims, err := a.list(ctx, idx.name)
 	if err != nil {
 		return fmt.Errorf("listing claims of pool %q: %w", idx.name, err)
@@ -241,7 +325,25 @@ func (a *Allocator) fill(ctx context.Context, idx *poolIndex) error {
 		}
 	}
 	idx.complete = true
+	idx.listed, idx.listedOK = version, versioned
 	return nil
+}
+
+// unchanged reports whether the Store says idx's pool has not changed since
+// the List that filled the index: then what the index knows is what the
+// Store holds, and need not be listed again.
+func (a *Allocator) unchanged(ctx context.Context, idx *poolIndex) bool {
+	if a.vers == nil {
+		return false
+	}
+	idx.mu.Lock()
+	v, ok := idx.listed, idx.listedOK && idx.complete
+	idx.mu.Unlock()
+	if !ok {
+		return false
+	}
+	cur, err := a.vers.PoolVersion(ctx, idx.name)
+	return err == nil && cur == v
 }
 
 // list is the Store's List, except that unreadable records (ErrCorrupt) are
@@ -288,6 +390,8 @@ func (idx *poolIndex) describe() string {
 type slot struct {
 	lay *layout
 	ord u128
+	gen uint64
+	rng int // 1 + the index in lay.ranges of the address's range; 0: not known
 
 	cursor  netip.Addr
 	next    u128
@@ -303,7 +407,7 @@ func (idx *poolIndex) reserve(want netip.Addr, now time.Time) (netip.Addr, slot,
 	d := idx.def.Load()
 	lay := d.layout
 	idx.drain(now)
-	at := slot{lay: lay, cursor: idx.cursor, next: idx.next, nextLay: idx.nextLay}
+	at := slot{lay: lay, gen: idx.gen.Load(), cursor: idx.cursor, next: idx.next, nextLay: idx.nextLay}
 	if want.IsValid() {
 		o, ok := lay.ordinal(want)
 		if !ok || (!idx.tree.set(o) && !idx.unquarantine(want)) {
@@ -322,9 +426,9 @@ func (idx *poolIndex) reserve(want netip.Addr, now time.Time) (netip.Addr, slot,
 		return netip.Addr{}, slot{}, false
 	}
 	idx.tree.set(o)
-	ip, _ := lay.addr(o)
+	ip, rng := lay.addr(o)
 	idx.cursor, idx.next, idx.nextLay = ip, o.addOne(), lay
-	at.ord = o
+	at.ord, at.rng = o, rng+1
 	return ip, at, true
 }
 
@@ -355,16 +459,18 @@ func (idx *poolIndex) nextOrd(lay *layout) u128 {
 }
 
 // created records that the Store created the claim of ip, which reserve
-// marked at at. The mark is usually there already, but the definition may
-// have changed, or a fill replaced the tree, since.
+// marked at at. The mark is there already unless the tree was replaced since
+// (a fill, a new definition): then it is set again.
 func (idx *poolIndex) created(ip netip.Addr, at slot) {
+	if idx.misses.Load() != 0 {
+		idx.misses.Store(0)
+	}
+	if at.gen == idx.gen.Load() {
+		return
+	}
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
-	idx.misses = 0
-	lay := idx.def.Load().layout
-	if at.lay == lay {
-		idx.tree.set(at.ord)
-	} else if o, ok := lay.ordinal(ip); ok {
+	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
 		idx.tree.set(o)
 	}
 }
@@ -380,8 +486,7 @@ func (idx *poolIndex) taken(ip netip.Addr, at slot) int {
 		idx.tree.set(o)
 	}
 	idx.restore(ip, at)
-	idx.misses++
-	return idx.misses
+	return int(idx.misses.Add(1))
 }
 
 // restore puts round-robin back where it was before reserve of ip at at, if

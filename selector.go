@@ -39,6 +39,25 @@ const (
 	AnnotationMultusNetworks = "k8s.v1.cni.cncf.io/networks"
 )
 
+// AutoPoolSource is an optional capability of a PoolSource: it serves
+// SpiderSubnet auto-pools. Select finds it by type assertion when a pod has
+// the subnet annotations; without it they are refused with ErrNotSupported,
+// as Spiderpool refuses them when its auto-pool feature is off.
+// SubnetManager implements it. Implementations must be safe for concurrent
+// use.
+type AutoPoolSource interface {
+	PoolSource
+	// AutoPool returns the name of the pool that serves interface iface, IP
+	// family family (4 or 6), of the pod req describes, from the SpiderSubnet
+	// named subnet: the auto-pool of the pod's application, which it may
+	// create or resize first; Pool must then know it. It never waits: when
+	// the pool cannot serve yet, it returns at once an error wrapping
+	// ErrNotReady that says why. A pod without a controller gets an error
+	// wrapping ErrNotSupported; an unknown subnet, ErrNotFound. req is only
+	// read.
+	AutoPool(req *Request, iface string, family int, subnet string) (string, error)
+}
+
 // Candidates is what the chain chose for one interface and one IP family:
 // the pools to try, in the order they were named. The zero Candidates has no
 // pools. It is a plain value, safe for concurrent reads.
@@ -558,9 +577,15 @@ func (u *poolNameSet) add(n string) {
 // winning rule leaves out:
 //
 //  1. The pod annotations ipam.spidernet.io/subnets, else
-//     ipam.spidernet.io/subnet (SpiderSubnet auto-pools): a valid value gives
-//     an *AnnotationError wrapping ErrNotSupported, an invalid one its
-//     parsing error.
+//     ipam.spidernet.io/subnet (SpiderSubnet auto-pools): for every interface
+//     and family they name, the auto-pool of the pod's application, as
+//     pools' AutoPoolSource finds it (its errors are returned as they are:
+//     ErrNotReady to retry later, ErrNotSupported for a pod without a
+//     controller). Like ippools, they serve every interface they list, and
+//     every interface of req that needs selection must be listed. An invalid
+//     value gives its parsing error; a PoolSource that is not an
+//     AutoPoolSource gives an *AnnotationError wrapping ErrNotSupported
+//     (Spiderpool's auto-pool feature off).
 //  2. The pod annotation ipam.spidernet.io/ippools: candidates for every
 //     interface it lists, including interfaces not in req (Spiderpool serves
 //     every listed interface on the first CNI ADD). Entries without interface
@@ -622,16 +647,18 @@ func Select(req *Request, pools PoolSource) ([]Candidates, error) {
 
 	// 1. SpiderSubnet.
 	if v, ok := req.Annotations[AnnotationSubnets]; ok {
-		if _, err := ParseSubnetsAnnotation(v); err != nil {
+		entries, err := ParseSubnetsAnnotation(v)
+		if err != nil {
 			return nil, s.podError(err)
 		}
-		return nil, s.unsupported(AnnotationSubnets, v)
+		return s.autoPools(AnnotationSubnets, v, SourceSubnets, entries)
 	}
 	if v, ok := req.Annotations[AnnotationSubnet]; ok {
-		if _, err := ParseSubnetAnnotation(v); err != nil {
+		entry, err := ParseSubnetAnnotation(v)
+		if err != nil {
 			return nil, s.podError(err)
 		}
-		return nil, s.unsupported(AnnotationSubnet, v)
+		return s.autoPools(AnnotationSubnet, v, SourceSubnet, []SubnetAnnotation{entry})
 	}
 
 	// 2. ippools, 3. ippool.
@@ -722,9 +749,54 @@ func setAnnotationObject(err error, object string) {
 	}
 }
 
-func (s *chain) unsupported(key, value string) error {
+// autoPools applies the subnet annotations: the auto-pool of each interface
+// and family they name.
+func (s *chain) autoPools(key, value string, src Source, entries []SubnetAnnotation) ([]Candidates, error) {
 	a := annotationParser{key: key, value: value}
-	return s.podError(a.newError("SpiderSubnet auto-pools are not supported yet", ErrNotSupported))
+	aps, ok := s.pools.(AutoPoolSource)
+	if !ok {
+		return nil, s.podError(a.newError("SpiderSubnet auto-pools are not enabled: the pool source serves none (it is not an ipam.AutoPoolSource), "+
+			"as Spiderpool refuses the annotation when its auto-pool feature is off", ErrNotSupported))
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Interface
+	}
+	for _, ifc := range s.req.Interfaces {
+		if len(ifc.Pools) == 0 && !slices.Contains(names, ifc.Name) {
+			a.invalid("interface %s has no subnet: the annotation serves %s", strconv.Quote(ifc.Name), strings.Join(names, ", "))
+		}
+	}
+	if err := a.err(); err != nil {
+		return nil, s.podError(err)
+	}
+	out := make([]Candidates, 0, 2*len(entries))
+	for _, e := range entries {
+		if hasExplicitPools(s.req.Interfaces, e.Interface) {
+			continue // explicit pools win
+		}
+		var v4, v6 []string
+		for _, f := range [...]struct {
+			fam      int
+			subnets  []string
+			disabled bool
+			pools    *[]string
+		}{{4, e.IPv4, s.req.NetConf.DisableIPv4, &v4}, {6, e.IPv6, s.req.NetConf.DisableIPv6, &v6}} {
+			if len(f.subnets) == 0 || f.disabled {
+				continue
+			}
+			name, err := aps.AutoPool(s.req, e.Interface, f.fam, f.subnets[0])
+			if err != nil {
+				return nil, err
+			}
+			*f.pools = []string{name}
+		}
+		if len(v4) == 0 && len(v6) == 0 {
+			return nil, s.noCandidates(e.Interface, "the "+string(src)+" rule applies but leaves no pool for this interface: the families it names are disabled")
+		}
+		out = appendCandidates(out, e.Interface, src, s.req.NetConf.CleanGateway, v4, v6)
+	}
+	return out, nil
 }
 
 // expandPair expands an IPv4 and an IPv6 list whose names are checked,

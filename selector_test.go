@@ -460,10 +460,10 @@ func TestSelectSubnet(t *testing.T) {
 	pools := []string{"p4/4", "d4/4/default"}
 	runSelectCases(t, []selectCase{
 		{
-			name: "SP-11 a valid subnet annotation is not supported", pools: pools,
+			name: "SP-11 a valid subnet annotation with a source that serves no auto-pools", pools: pools,
 			pod:    map[string]string{ipam.AnnotationSubnet: `{"ipv4":["subnet-a"]}`},
 			err:    ipam.ErrNotSupported,
-			errHas: []string{`pod default/web-0: annotation "ipam.spidernet.io/subnet"`, "SpiderSubnet auto-pools are not supported yet"},
+			errHas: []string{`pod default/web-0: annotation "ipam.spidernet.io/subnet"`, "SpiderSubnet auto-pools are not enabled", "AutoPoolSource"},
 		},
 		{
 			name: "SP-11 subnet beats ippools", pools: pools,
@@ -474,7 +474,7 @@ func TestSelectSubnet(t *testing.T) {
 			err: ipam.ErrNotSupported,
 		},
 		{
-			name: "a valid subnets annotation is not supported", pools: pools,
+			name: "a valid subnets annotation with a source that serves no auto-pools", pools: pools,
 			pod:    map[string]string{ipam.AnnotationSubnets: `[{"interface":"eth0","ipv4":["s1"]},{"interface":"net1","ipv4":["s2"]}]`},
 			err:    ipam.ErrNotSupported,
 			errHas: []string{"ipam.spidernet.io/subnets"},

@@ -717,10 +717,12 @@ func (w *spcWorld) netConf(t *testing.T, ann map[string]string) ipam.NetConf {
 	if cfg.MultusClusterNetwork != nil {
 		nc.ClusterNetwork = *cfg.MultusClusterNetwork
 	}
-	// The library has no SpiderSubnet: it behaves as Spiderpool with the
-	// feature on and auto-pools off (the subnet annotations are refused).
+	// The scenarios' pools are a Catalog, which serves no auto-pools: the
+	// library behaves as Spiderpool with SpiderSubnet on and auto-pools off
+	// (the subnet annotations are refused). Auto-pools are run by
+	// spidersubnet_conformance_test.go through a SubnetManager.
 	if cfg.EnableAutoPool != nil && *cfg.EnableAutoPool {
-		t.Fatalf("cannot express: the library has no SpiderSubnet auto-pools")
+		t.Fatalf("cannot express here: auto-pool scenarios belong in spidersubnet_conformance_test.go")
 	}
 	_, sub := ann[ipam.AnnotationSubnet]
 	_, subs := ann[ipam.AnnotationSubnets]
@@ -911,8 +913,8 @@ func spcSentinel(t *testing.T, msg string) error {
 	case strings.Contains(msg, "wrong input"):
 		return ipam.ErrInvalid
 	case strings.Contains(msg, "Auto-Pool feature is disabled"):
-		// The library has no SpiderSubnet: the annotation asks for what it
-		// does not do.
+		// A PoolSource that serves no auto-pools (a Catalog) refuses the
+		// annotation as Spiderpool does with its auto-pool feature off.
 		return ipam.ErrNotSupported
 	}
 	t.Fatalf("no sentinel known for Spiderpool error %q", msg)

@@ -510,3 +510,60 @@ func TestWritersSmallerDefects(t *testing.T) {
 		require.EqualError(t, err, `eth0: pool "nope": no such pool`)
 	})
 }
+
+// An Allocator asked again and again for a full pool confirms with the
+// Store each time, but lists the pool only when the Store's version of it
+// changed (a memstore has versions): a full pool that stays a candidate costs
+// no List per request. A release elsewhere is seen at once.
+func TestWritersFullPoolConfirmedByVersion(t *testing.T) {
+	ctx := context.Background()
+	cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.0/29"}]}`)) // .2-.6
+	require.NoError(t, err)
+	base := memstore.New()
+	cs := &countingStore{Store: base.Open()}
+	a := mustAllocator(t, cat, cs)
+	other := mustAllocator(t, cat, base.Open())
+	for i := range 5 {
+		_, err := other.Allocate(ctx, onPool(fmt.Sprintf("o%d", i), "eth0", "p"))
+		require.NoError(t, err)
+	}
+	for i := range 50 {
+		_, err := a.Allocate(ctx, onPool(fmt.Sprintf("late%d", i), "eth0", "p"))
+		require.ErrorIs(t, err, ipam.ErrExhausted)
+	}
+	require.EqualValues(t, 1, cs.lists.Load(), "Lists for 50 requests to a pool that stayed full")
+	require.NoError(t, other.Release(ctx, store.Owner{UID: "o2"}))
+	res, err := a.Allocate(ctx, onPool("after", "eth0", "p"))
+	require.NoError(t, err, "a release by another Allocator must be seen")
+	require.Equal(t, "10.0.0.4", res.IPs[0].Address.Addr().String())
+	require.EqualValues(t, 2, cs.lists.Load())
+}
+
+// shrinkingStore shrinks a pool of its source the first time it is asked to
+// create a claim: a pool redefined between the moment an Allocator picks an
+// address and the moment the Store creates its claim.
+type shrinkingStore struct {
+	*memstore.Store
+	src  *changingSource
+	doc  string
+	once sync.Once
+}
+
+func (s *shrinkingStore) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim, error) {
+	s.once.Do(func() { s.src.set(s.doc) })
+	return s.Store.CreateExclusive(ctx, c)
+}
+
+func TestWritersPoolShrunkDuringCreate(t *testing.T) {
+	ctx := context.Background()
+	src := newChangingSource(`{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.20"]}`)
+	st := &shrinkingStore{Store: memstore.New(), src: src, doc: `{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.15-10.0.0.20"]}`}
+	a := mustAllocator(t, src, st)
+	res, err := a.Allocate(ctx, onPool("u", "eth0", "p"))
+	require.NoError(t, err)
+	got := res.IPs[0].Address.Addr()
+	require.False(t, got.Less(netip.MustParseAddr("10.0.0.15")), "%s is outside the pool as it is now", got)
+	cs, err := st.List(ctx, "p")
+	require.NoError(t, err)
+	require.Len(t, cs, 1, "the claim outside the shrunk pool must be given back: %v", cs)
+}

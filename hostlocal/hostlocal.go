@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -44,8 +45,24 @@ type Config struct {
 	ResolvConf string
 }
 
+// maxPoolName is the longest pool name ipam.Pool.Validate accepts.
+const maxPoolName = 253
+
 // PoolName returns the name of range set index of a network: "<network>/<index>".
-func PoolName(network string, index int) string { return network + "/" + strconv.Itoa(index) }
+// A network name too long for that to be a valid pool name (host-local accepts
+// names up to the 255 bytes of a directory name) is cut, and ended with a hash
+// of the whole name so that two long names still give two pool names:
+// "<network prefix>~<8 hex digits>/<index>".
+func PoolName(network string, index int) string {
+	suffix := "/" + strconv.Itoa(index)
+	if len(network)+len(suffix) <= maxPoolName {
+		return network + suffix
+	}
+	h := fnv.New32a()
+	h.Write([]byte(network))
+	tag := fmt.Sprintf("~%08x", h.Sum32())
+	return network[:maxPoolName-len(suffix)-len(tag)] + tag + suffix
+}
 
 // PoolNames returns the names of c's pools, in order.
 func (c *Config) PoolNames() []string {
@@ -165,7 +182,7 @@ func Load(netconf []byte, cniArgs string) (*Config, error) {
 		}
 		p := &ipam.Pool{Name: PoolName(c.Name, i), Ranges: set}
 		if err := p.Validate(); err != nil {
-			return nil, fmt.Errorf("hostlocal: invalid range set %d: %w", i, err)
+			return nil, fmt.Errorf("hostlocal: invalid range set %d: %w", i, withoutObject(err))
 		}
 		canon[i], _ = p.RangeSet()
 		c.Pools = append(c.Pools, p)
@@ -294,4 +311,24 @@ func olderThan030(v string) bool {
 		return false
 	}
 	return major == 0 && minor < 3
+}
+
+// withoutObject returns err with the pool named by none of its FieldErrors: a
+// range set's problems are reported as "invalid range set <index>: ...", and its
+// pool's name is the library's, not one the user wrote.
+func withoutObject(err error) error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := j.Unwrap()
+		out := make([]error, len(errs))
+		for i, e := range errs {
+			out[i] = withoutObject(e)
+		}
+		return errors.Join(out...)
+	}
+	if fe, ok := err.(*ipam.FieldError); ok && fe.Object != "" {
+		x := *fe
+		x.Object = ""
+		return &x
+	}
+	return err
 }

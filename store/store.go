@@ -209,3 +209,15 @@ func (c Claim) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// PoolVersioner is an optional Store capability: a cheap number that tells
+// whether a pool's claims changed. An Allocator that listed a pool and found
+// it full asks it before listing the pool again to confirm that it still is:
+// an unchanged version is the Store's confirmation without the List.
+type PoolVersioner interface {
+	// PoolVersion returns a number that changes whenever a claim of pool
+	// is created, updated or deleted, through any Store on the backend:
+	// equal numbers read at two moments mean no claim of the pool changed
+	// in between. An unknown pool has a version too.
+	PoolVersion(ctx context.Context, pool string) (uint64, error)
+}

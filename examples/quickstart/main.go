@@ -34,7 +34,7 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
-	"github.com/ipamkit/ipam/examples/internal/texttable"
+	"github.com/ipamkit/ipam/internal/texttable"
 	"github.com/ipamkit/ipam/store"
 )
 

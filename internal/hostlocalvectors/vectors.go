@@ -2,7 +2,7 @@
 // testdata/conformance (operations recorded by running CNI host-local
 // v1.9.1) and the table of this project's deliberate differences from them,
 // for the two tests that replay them: the library's (hostlocal) and the CNI
-// plugin's (examples/cni-ipam). It also holds what both check in the same way:
+// plugin's (cmd/cni-ipam). It also holds what both check in the same way:
 // requested addresses written into a config, and errors that name the values
 // host-local's name.
 package hostlocalvectors

@@ -16,9 +16,13 @@
 // reused, not even for a claim deleted and created again, so a stale Delete or
 // Update can never touch the new holder's claim.
 //
-// A Store also implements store.Cursors and store.CursorCreator: its
+// A Store also implements store.Cursors and store.CursorCreator (its
 // CreateAndSetCursor creates a claim and moves the pool's cursor under one
-// acquisition of the pool's lock.
+// acquisition of the pool's lock), store.ExclusiveCreator (the owner's check
+// and the create under the lock of the owner's identity, then the pool's) and
+// store.Watcher. Owned finds an owner's claims through an index by identity
+// (pod UID, stable namespace/name, container ID), split into shards with a
+// lock each, so its cost is that of the owner's claims.
 //
 // # Cost
 //

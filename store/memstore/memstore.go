@@ -22,6 +22,7 @@ var (
 	_ store.Cursors          = (*Store)(nil)
 	_ store.CursorCreator    = (*Store)(nil)
 	_ store.ExclusiveCreator = (*Store)(nil)
+	_ store.PoolVersioner    = (*Store)(nil)
 )
 
 // Store is an in-memory store.Store that also implements store.Cursors and
@@ -40,6 +41,7 @@ type backend struct {
 	pools  readmap.Map[*poolClaims]
 	rev    atomic.Int64 // last revision handed out; 0 before the first write
 	owners *owners
+	watch  watchers
 }
 
 // New returns an empty Store on a fresh backend of its own.
@@ -143,13 +145,15 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.C
 	if err != nil {
 		return store.Claim{}, err
 	}
-	s.b.owners.add(c.Owner, p, c.IP)
+	s.b.owners.add(c.Owner, p, c.IP, ident{})
 	return c, nil
 }
 
 // insert adds c to p, with a new revision, and moves p's cursor to it if
 // cursor is set. The caller indexes its owner.
 func (s *Store) insert(p *poolClaims, c store.Claim, cursor bool) (store.Claim, error) {
+	s.b.watch.mu.RLock()
+	defer s.b.watch.mu.RUnlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.add(c.IP)
@@ -158,8 +162,12 @@ func (s *Store) insert(p *poolClaims, c store.Claim, cursor bool) (store.Claim, 
 	}
 	c.Revision = s.b.rev.Add(1)
 	*r = record{owner: c.Owner, time: c.Time, rev: c.Revision}
+	p.version++
 	if cursor {
 		p.cursor = c.IP
+	}
+	if len(s.b.watch.list) > 0 {
+		s.b.watch.publish(store.Event{Claim: c})
 	}
 	return c, nil
 }
@@ -177,16 +185,20 @@ func (s *Store) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim
 		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, err)
 	}
 	q := c.Owner.Query()
-	q.Interface = ""
-	sh := s.b.owners.shard(q)
+	id := s.b.owners.ident(q)
+	sh := s.b.owners.shard(id)
 	sh.mu.Lock()
-	var buf [2]store.Claim
-	held := sh.collectLocked(c.Owner.Query(), buf[:0])
-	held = slices.DeleteFunc(held, func(h store.Claim) bool { return !store.Conflicts(c, h) })
-	if len(held) > 0 {
-		sh.mu.Unlock()
-		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP,
-			&store.HeldError{Claim: c, Held: slices.Clone(held)})
+	at := sh.lookup(id)
+	if at.found {
+		var buf [2]store.Claim
+		held := sh.collect(at, id, q, buf[:0])
+		held = slices.DeleteFunc(held, func(h store.Claim) bool { return !store.Conflicts(c, h) })
+		if len(held) > 0 {
+			sh.mu.Unlock()
+			return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP,
+				&store.HeldError{Claim: c, Held: slices.Clone(held)})
+		}
+		at = sh.lookup(id) // collect may have dropped stale entries
 	}
 	p := s.b.poolForWrite(c.Pool)
 	c, err := s.insert(p, c, true)
@@ -194,9 +206,13 @@ func (s *Store) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim
 		sh.mu.Unlock()
 		return store.Claim{}, err
 	}
-	sh.addLocked(q, ref{p, c.IP})
+	rs := at.refs()
+	rs.add(ref{p, c.IP})
+	sh.store(id, at, rs)
 	sh.mu.Unlock()
-	s.b.owners.addExcept(c.Owner, p, c.IP, q)
+	if c.Owner.UID != "" && c.Owner.ContainerID != "" || c.Owner.Stable {
+		s.b.owners.add(c.Owner, p, c.IP, id) // its other identities
+	}
 	return c, nil
 }
 
@@ -210,10 +226,11 @@ func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, e
 	if err := q.Validate(); err != nil {
 		return nil, fmt.Errorf("memstore: %w", err)
 	}
-	sh := s.b.owners.shard(q)
+	id := s.b.owners.ident(q)
+	sh := s.b.owners.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.collectLocked(q, nil), nil
+	return sh.collect(sh.lookup(id), id, q, nil), nil
 }
 
 // Update replaces the claim for (c.Pool, c.IP) with c if its current revision is
@@ -232,23 +249,31 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 	if p == nil {
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, store.ErrNotFound)
 	}
+	s.b.watch.mu.RLock()
 	p.mu.Lock()
 	r := p.get(c.IP)
 	if r == nil {
 		p.mu.Unlock()
+		s.b.watch.mu.RUnlock()
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, store.ErrNotFound)
 	}
 	if r.rev != rev {
 		cur := r.rev
 		p.mu.Unlock()
+		s.b.watch.mu.RUnlock()
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s at revision %d (current %d): %w",
 			c.Pool, c.IP, rev, cur, store.ErrConflict)
 	}
 	old := r.owner
 	c.Revision = s.b.rev.Add(1)
 	*r = record{owner: c.Owner, time: c.Time, rev: c.Revision}
+	p.version++
+	if len(s.b.watch.list) > 0 {
+		s.b.watch.publish(store.Event{Claim: c})
+	}
 	p.mu.Unlock()
-	s.b.owners.add(c.Owner, p, c.IP)
+	s.b.watch.mu.RUnlock()
+	s.b.owners.add(c.Owner, p, c.IP, ident{})
 	s.b.owners.remove(old, p, c.IP)
 	return c, nil
 }
@@ -267,24 +292,48 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 	if p == nil {
 		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, store.ErrNotFound)
 	}
+	s.b.watch.mu.RLock()
 	p.mu.Lock()
 	r := p.get(ip)
 	if r == nil {
 		p.mu.Unlock()
+		s.b.watch.mu.RUnlock()
 		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, store.ErrNotFound)
 	}
 	if r.rev != rev {
 		cur := r.rev
 		p.mu.Unlock()
+		s.b.watch.mu.RUnlock()
 		return fmt.Errorf("memstore: delete %s/%s at revision %d (current %d): %w",
 			pool, ip, rev, cur, store.ErrConflict)
 	}
 	old := r.owner
+	if len(s.b.watch.list) > 0 {
+		s.b.watch.publish(store.Event{Claim: p.claim(ip, r), Deleted: true})
+	}
 	s.b.rev.Add(1)
 	p.remove(ip)
+	p.version++
 	p.mu.Unlock()
+	s.b.watch.mu.RUnlock()
 	s.b.owners.remove(old, p, ip)
 	return nil
+}
+
+// PoolVersion returns the number of changes made to pool's claims so far
+// (zero for a pool never written): it changes with every Create, Update and
+// Delete of the pool.
+func (s *Store) PoolVersion(ctx context.Context, pool string) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("memstore: pool version %s: %w", pool, err)
+	}
+	p := s.b.pool(pool)
+	if p == nil {
+		return 0, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.version, nil
 }
 
 // Cursor returns the last address recorded for pool with SetCursor or

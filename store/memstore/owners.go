@@ -11,7 +11,8 @@ import (
 // owners indexes claims by each identity of their owner (store.Owner
 // Identities), so that Owned costs what one owner holds, not what the backend
 // holds. It is split into shards, each behind a lock of its own, chosen by a
-// hash of the identity.
+// hash of the identity; within a shard, entries are found by that same hash,
+// so an identity's string is hashed once per call.
 //
 // The index lags the pools by design: a write changes a pool first, under the
 // pool's lock, and the index after, so an entry may name a claim that is gone
@@ -31,14 +32,24 @@ const ownerShards = 64
 
 type ownerShard struct {
 	mu sync.Mutex
-	m  map[ownerKey]refs
-	_  [40]byte // keep shards on separate cache lines
+	m  map[uint64]entry // by identity hash
+	_  [48]byte         // keep shards on separate cache lines
 }
 
-// ownerKey is one identity: a kind and an ID.
-type ownerKey struct {
+// ident is one identity and its hash.
+type ident struct {
 	kind store.IdentityKind
 	id   string
+	h    uint64
+}
+
+// entry is the claims of one identity. Identities whose hashes collide are
+// chained through next.
+type entry struct {
+	kind store.IdentityKind
+	id   string
+	refs refs
+	next *entry
 }
 
 // ref names a claim: its pool and address.
@@ -103,30 +114,46 @@ func newOwners() *owners {
 	return &owners{seed: maphash.MakeSeed()}
 }
 
-func (o *owners) shard(q store.OwnerQuery) *ownerShard {
-	return &o.shards[maphash.String(o.seed, q.ID)%ownerShards]
+// ident returns q's identity (its interface aside) with its hash.
+func (o *owners) ident(q store.OwnerQuery) ident {
+	return ident{q.Kind, q.ID, maphash.String(o.seed, q.ID) ^ uint64(q.Kind)}
 }
 
-// add indexes the claim of ip in p under every identity of owner.
-func (o *owners) add(owner store.Owner, p *poolClaims, ip netip.Addr) {
-	for q := range owner.Identities {
-		sh := o.shard(q)
-		sh.mu.Lock()
-		sh.addLocked(q, ref{p, ip})
-		sh.mu.Unlock()
+func (o *owners) shard(id ident) *ownerShard {
+	return &o.shards[id.h%ownerShards]
+}
+
+// identities returns the identities of owner, as store.Owner.Identities
+// yields them, without a closure and without their hashes.
+func identities(owner store.Owner) (qs [3]store.OwnerQuery, n int) {
+	if owner.UID != "" {
+		qs[n] = store.ByUID(owner.UID)
+		n++
 	}
+	if owner.Stable && owner.Name != "" {
+		qs[n] = store.ByName(owner.Namespace, owner.Name)
+		n++
+	}
+	if owner.ContainerID != "" {
+		qs[n] = store.ByContainer(owner.ContainerID)
+		n++
+	}
+	return qs, n
 }
 
-// addExcept is add, except for the identity skip, whose shard the caller
-// holds and has already updated.
-func (o *owners) addExcept(owner store.Owner, p *poolClaims, ip netip.Addr, skip store.OwnerQuery) {
-	for q := range owner.Identities {
-		if q == skip {
+// add indexes the claim of ip in p under every identity of owner but skip
+// (whose shard the caller holds and has updated already; the zero ident
+// skips nothing).
+func (o *owners) add(owner store.Owner, p *poolClaims, ip netip.Addr, skip ident) {
+	qs, n := identities(owner)
+	for _, q := range qs[:n] {
+		if q.Kind == skip.kind && q.ID == skip.id {
 			continue
 		}
-		sh := o.shard(q)
+		id := o.ident(q)
+		sh := o.shard(id)
 		sh.mu.Lock()
-		sh.addLocked(q, ref{p, ip})
+		sh.addLocked(id, ref{p, ip})
 		sh.mu.Unlock()
 	}
 }
@@ -136,53 +163,129 @@ func (o *owners) addExcept(owner store.Owner, p *poolClaims, ip netip.Addr, skip
 // so that an entry is never dropped for a claim that a later write gave the
 // same identity again: that write's own entry may already be in.
 func (o *owners) remove(owner store.Owner, p *poolClaims, ip netip.Addr) {
-	for q := range owner.Identities {
-		sh := o.shard(q)
+	qs, n := identities(owner)
+	for _, q := range qs[:n] {
+		id := o.ident(q)
+		sh := o.shard(id)
 		sh.mu.Lock()
 		p.mu.Lock()
 		rec := p.get(ip)
 		held := rec != nil && rec.owner.Has(q)
 		p.mu.Unlock()
 		if !held {
-			sh.removeLocked(q, ref{p, ip})
+			sh.removeLocked(id, ref{p, ip})
 		}
 		sh.mu.Unlock()
 	}
 }
 
-func (sh *ownerShard) removeLocked(q store.OwnerQuery, r ref) {
-	k := ownerKey{q.Kind, q.ID}
-	rs, ok := sh.m[k]
+// slotOf is where the entry of an identity is: the head entry of its hash in
+// the map (chained nil), or an entry chained to it.
+type slotOf struct {
+	head    entry
+	chained *entry
+	found   bool
+}
+
+// lookup finds the entry of id. Called with the lock held.
+func (sh *ownerShard) lookup(id ident) slotOf {
+	head, ok := sh.m[id.h]
 	if !ok {
+		return slotOf{}
+	}
+	if head.kind == id.kind && head.id == id.id {
+		return slotOf{head: head, found: true}
+	}
+	for c := head.next; c != nil; c = c.next {
+		if c.kind == id.kind && c.id == id.id {
+			return slotOf{head: head, chained: c, found: true}
+		}
+	}
+	return slotOf{head: head}
+}
+
+func (s slotOf) refs() refs {
+	if s.chained != nil {
+		return s.chained.refs
+	}
+	if s.found {
+		return s.head.refs
+	}
+	return refs{}
+}
+
+// store puts rs as the claims of id, found at s, dropping the entry if rs is
+// empty. Called with the lock held.
+func (sh *ownerShard) store(id ident, s slotOf, rs refs) {
+	switch {
+	case s.chained != nil:
+		s.chained.refs = rs
+		if rs.n > 0 {
+			return
+		}
+		head := s.head
+		if head.next == s.chained {
+			head.next = s.chained.next
+			sh.m[id.h] = head
+			return
+		}
+		for p := head.next; p != nil; p = p.next {
+			if p.next == s.chained {
+				p.next = s.chained.next
+				return
+			}
+		}
+	case s.found:
+		head := s.head
+		switch {
+		case rs.n > 0:
+			head.refs = rs
+			sh.m[id.h] = head
+		case head.next != nil:
+			sh.m[id.h] = *head.next
+		default:
+			delete(sh.m, id.h)
+		}
+	case rs.n == 0:
+	case s.head.kind != 0:
+		// Another identity has the same hash: chain this one.
+		head := s.head
+		head.next = &entry{kind: id.kind, id: id.id, refs: rs, next: head.next}
+		sh.m[id.h] = head
+	default:
+		if sh.m == nil {
+			sh.m = make(map[uint64]entry)
+		}
+		sh.m[id.h] = entry{kind: id.kind, id: id.id, refs: rs}
+	}
+}
+
+func (sh *ownerShard) addLocked(id ident, r ref) {
+	s := sh.lookup(id)
+	rs := s.refs()
+	rs.add(r)
+	sh.store(id, s, rs)
+}
+
+func (sh *ownerShard) removeLocked(id ident, r ref) {
+	s := sh.lookup(id)
+	if !s.found {
 		return
 	}
+	rs := s.refs()
 	rs.remove(r)
-	if rs.n == 0 {
-		delete(sh.m, k)
-	} else {
-		sh.m[k] = rs
-	}
+	sh.store(id, s, rs)
 }
 
-func (sh *ownerShard) addLocked(q store.OwnerQuery, r ref) {
-	if sh.m == nil {
-		sh.m = make(map[ownerKey]refs)
-	}
-	k := ownerKey{q.Kind, q.ID}
-	rs := sh.m[k]
-	rs.add(r)
-	sh.m[k] = rs
-}
-
-// collectLocked appends to out the claims that q matches among the entries of
-// q's identity, read from their pools, and drops the entries whose claim is
-// gone or no longer has that identity (see owners). Called with sh's lock
-// held.
-func (sh *ownerShard) collectLocked(q store.OwnerQuery, out []store.Claim) []store.Claim {
-	rs, ok := sh.m[ownerKey{q.Kind, q.ID}]
-	if !ok {
+// collect appends to out the claims that q matches among the entries of id,
+// q's identity, found at s, read from their pools, and drops the entries
+// whose claim is gone or no longer has that identity (see owners). Called
+// with sh's lock held.
+func (sh *ownerShard) collect(s slotOf, id ident, q store.OwnerQuery, out []store.Claim) []store.Claim {
+	if !s.found {
 		return out
 	}
+	rs := s.refs()
 	var stale []ref
 	for i := range rs.n {
 		r := rs.at(i)
@@ -201,7 +304,7 @@ func (sh *ownerShard) collectLocked(q store.OwnerQuery, out []store.Claim) []sto
 		}
 	}
 	for _, r := range stale {
-		sh.removeLocked(q, r)
+		sh.removeLocked(id, r)
 	}
 	return out
 }

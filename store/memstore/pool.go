@@ -37,6 +37,8 @@ type poolClaims struct {
 	zoned  map[netip.Addr]*record
 	n      int // number of claims
 	cursor netip.Addr
+	// version counts the changes to the pool's claims (PoolVersion).
+	version uint64
 }
 
 // record is a stored claim without its pool and address, which are its keys:

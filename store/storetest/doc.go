@@ -122,6 +122,16 @@
 //   - CreateExclusiveRace: for each of 16 owners, 8 goroutines on two
 //     instances CreateExclusive a claim on the same interface at different
 //     addresses: exactly one succeeds, the others fail with store.ErrHeld.
+//   - Watch: only if the Store implements store.Watcher: a Watch started
+//     after a claim was made reports it in its first Reset; creates, an Update
+//     to another owner, deletes (one that nothing follows) and a create again
+//     at the same address through another instance reach it, the changes of
+//     one claim in the order made; after many writers on both instances its
+//     view equals List; it returns an error wrapping context.Canceled soon
+//     after its context is canceled.
+//   - PoolVersion: only if the Store implements store.PoolVersioner: the
+//     version of a pool stays the same without writes and changes with a
+//     Create, an Update and a Delete made through another instance.
 //
 // RunConfig runs the suite for a Store that keeps less than a whole Owner:
 // with Config.ContainerOwners (host-local's format), the suite's owners have

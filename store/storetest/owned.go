@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/ipamkit/ipam/store"
 )
@@ -415,5 +418,201 @@ func testCreateExclusiveRace(t *testing.T, x *suite) {
 			continue
 		}
 		wantOwned(t, x.open(), x.queries(x.owner(fmt.Sprint(o)))[0], won[o]...)
+	}
+}
+
+// watchView is a WatchHandler that keeps what it was told: the claims by key,
+// and each key's revisions in the order they came.
+type watchView struct {
+	mu      sync.Mutex
+	resets  int
+	claims  map[string]store.Claim
+	history map[string][]int64
+	bad     []string
+}
+
+func (v *watchView) Reset(claims []store.Claim) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.resets++
+	v.claims = make(map[string]store.Claim, len(claims))
+	for _, c := range claims {
+		v.claims[c.Key()] = c
+	}
+}
+
+func (v *watchView) Apply(e store.Event) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.claims == nil {
+		v.bad = append(v.bad, "Apply before Reset")
+		return
+	}
+	k := e.Claim.Key()
+	if !e.Claim.IP.IsValid() || e.Claim.Pool == "" {
+		v.bad = append(v.bad, fmt.Sprintf("an event without pool or address: %+v", e))
+		return
+	}
+	if e.Deleted {
+		delete(v.claims, k)
+	} else {
+		v.claims[k] = e.Claim
+		v.history[k] = append(v.history[k], e.Claim.Revision)
+	}
+}
+
+// settle waits until the view holds exactly the Store's claims of pools,
+// and fails t if it does not within a few seconds.
+func (v *watchView) settle(t *testing.T, s store.Store, pools ...string) {
+	t.Helper()
+	var want []store.Claim
+	for _, p := range pools {
+		cs, err := s.List(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, cs...)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v.mu.Lock()
+		got := make([]store.Claim, 0, len(v.claims))
+		for _, c := range v.claims {
+			got = append(got, c)
+		}
+		bad := slices.Clone(v.bad)
+		v.mu.Unlock()
+		if len(bad) > 0 {
+			t.Fatalf("watch handler: %v", bad)
+		}
+		diff := cmp.Diff(want, got, cmpClaim, sortClaims, cmpopts.EquateEmpty())
+		if diff == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s the watch's view differs from List (-list +watch):\n%s", diff)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func testWatch(t *testing.T, x *suite) {
+	s1, s2 := x.open(), x.open()
+	w, ok := s1.(store.Watcher)
+	if !ok {
+		t.Skip("the Store does not implement store.Watcher")
+	}
+	ctx := t.Context()
+	before := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "a"))
+
+	wctx, cancel := context.WithCancel(ctx)
+	v := &watchView{history: map[string][]int64{}}
+	done := make(chan error, 1)
+	go func() { done <- w.Watch(wctx, v) }()
+	v.settle(t, s2, "blue", "green")
+
+	// Writes through the other instance reach the watch, in order.
+	c1 := mustCreate(t, s2, x.claim("green", "2001:db8::1", "b"))
+	moved := c1
+	moved.Owner = x.owner("c")
+	moved, err := s2.Update(ctx, moved, c1.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Delete(ctx, before.Pool, before.IP, before.Revision); err != nil {
+		t.Fatal(err)
+	}
+	again := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "d"))
+	v.settle(t, s2, "blue", "green")
+	v.mu.Lock()
+	hist := slices.Clone(v.history[c1.Key()])
+	v.mu.Unlock()
+	if !slices.Equal(hist, []int64{c1.Revision, moved.Revision}) {
+		t.Errorf("events of %s came with revisions %v, want %v then %v", c1.Key(), hist, c1.Revision, moved.Revision)
+	}
+	v.mu.Lock()
+	got := v.claims[again.Key()]
+	v.mu.Unlock()
+	if got.Revision != again.Revision {
+		t.Errorf("the watch has %s at revision %d, want %d", again.Key(), got.Revision, again.Revision)
+	}
+
+	// A delete that nothing follows is seen.
+	if err := s2.Delete(ctx, again.Pool, again.IP, again.Revision); err != nil {
+		t.Fatal(err)
+	}
+	v.settle(t, s2, "blue", "green")
+
+	// Many writers at once, on both instances: the view ends as List.
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := []store.Store{s1, s2}[g%2]
+			for i := range 30 {
+				c, err := s.Create(ctx, x.claim("green", fmt.Sprintf("10.9.%d.%d", g, i%5), fmt.Sprint(g)))
+				if err == nil && i%2 == 0 {
+					_ = s.Delete(ctx, c.Pool, c.IP, c.Revision)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	v.settle(t, s2, "blue", "green")
+
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Watch returned %v after its context was canceled, want an error wrapping context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Watch did not return within 10s of its context being canceled")
+	}
+}
+
+func testPoolVersion(t *testing.T, x *suite) {
+	s1, s2 := x.open(), x.open()
+	pv, ok := s1.(store.PoolVersioner)
+	if !ok {
+		t.Skip("the Store does not implement store.PoolVersioner")
+	}
+	ctx := t.Context()
+	version := func() uint64 {
+		t.Helper()
+		v, err := pv.PoolVersion(ctx, "blue")
+		if err != nil {
+			t.Fatalf("PoolVersion: %v", err)
+		}
+		return v
+	}
+	changed := func(what string, before uint64) uint64 {
+		t.Helper()
+		v := version()
+		if v == before {
+			t.Fatalf("PoolVersion is %d before and after %s through another instance, want a change", v, what)
+		}
+		return v
+	}
+	v := version()
+	if again := version(); again != v {
+		t.Fatalf("PoolVersion changed from %d to %d without a write", v, again)
+	}
+	c := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "a"))
+	v = changed("a Create", v)
+	moved := c
+	moved.Owner = x.owner("b")
+	moved, err := s2.Update(ctx, moved, c.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = changed("an Update", v)
+	if err := s2.Delete(ctx, moved.Pool, moved.IP, moved.Revision); err != nil {
+		t.Fatal(err)
+	}
+	v = changed("a Delete", v)
+	if again := version(); again != v {
+		t.Fatalf("PoolVersion changed from %d to %d without a write", v, again)
 	}
 }

@@ -82,6 +82,8 @@ var checks = []struct {
 	{"OwnedRace", testOwnedRace},
 	{"CreateExclusive", testCreateExclusive},
 	{"CreateExclusiveRace", testCreateExclusiveRace},
+	{"Watch", testWatch},
+	{"PoolVersion", testPoolVersion},
 }
 
 // claimTime is the time of the suite's claims: fixed, far from now (so a store

@@ -150,6 +150,24 @@ var mutants = []struct {
 		skip: []string{"CreateExclusive", "CreateExclusiveRace"},
 	},
 	{
+		name: "watch-drops-deletes",
+		open: shared(func(m *mutant) { m.watchDropsDeletes = true }),
+		fail: []string{"Watch"},
+	},
+	{
+		name: "watch-empty-reset", // starts from nothing instead of the claims there are
+		open: shared(func(m *mutant) { m.watchEmptyReset = true }),
+		fail: []string{"Watch"},
+	},
+	{
+		name: "no-watch",
+		open: func(t *testing.T) storetest.Opener {
+			s := memstore.New()
+			return func() store.Store { o := s.Open(); return noCursorCreator{o, o} }
+		},
+		skip: []string{"Watch"},
+	},
+	{
 		name: "per-key-revisions", // restarts a key's revision at 1 when it is created again
 		open: func(t *testing.T) storetest.Opener {
 			s := memstore.New()
@@ -262,6 +280,7 @@ type mutant struct {
 	cursorSetFirst, cursorNotSet                         bool
 	ownedExactInterface, ownedPrimaryOnly                bool
 	exclusiveTwoSteps, exclusiveAnyFamily                bool
+	watchDropsDeletes, watchEmptyReset                   bool
 	ownedCache                                           map[store.OwnerQuery][]store.Claim // nil: no cache
 
 	mu        sync.Mutex
@@ -324,6 +343,33 @@ func (m *mutant) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, 
 		m.ownedCache[q] = slices.Clone(cs)
 	}
 	return cs, nil
+}
+
+// Watch is memstore's, through a handler that drops deletions or empties the
+// first list as the mutant says.
+func (m *mutant) Watch(ctx context.Context, h store.WatchHandler) error {
+	return m.s.Watch(m.ctx(ctx), &mutantHandler{h: h, m: m})
+}
+
+type mutantHandler struct {
+	h     store.WatchHandler
+	m     *mutant
+	reset bool
+}
+
+func (x *mutantHandler) Reset(cs []store.Claim) {
+	if x.m.watchEmptyReset && !x.reset {
+		cs = nil
+	}
+	x.reset = true
+	x.h.Reset(cs)
+}
+
+func (x *mutantHandler) Apply(e store.Event) {
+	if x.m.watchDropsDeletes && e.Deleted {
+		return
+	}
+	x.h.Apply(e)
 }
 
 // CreateExclusive is memstore's, or with exclusiveTwoSteps an Owned, a pause

@@ -1,0 +1,604 @@
+package ipam
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go4.org/netipx"
+)
+
+// This file holds what SpiderSubnet's auto-created pools are made of: the
+// applications that ask for them (AppRef, Application), the annotations they
+// ask with (AutoPoolConfig, IPNumber), and the pools themselves (AutoPool),
+// with the names, labels and pod affinity Spiderpool gives them. What to do
+// about them is decided in autopool_decide.go.
+
+// Annotation keys of SpiderSubnet, read on an application's pod template.
+const (
+	// AnnotationIPNumber sizes an auto-pool: "N" addresses, or "+N" more than
+	// the application has pods.
+	AnnotationIPNumber = "ipam.spidernet.io/ippool-ip-number"
+	// AnnotationReclaim says whether an application's auto-pools are deleted
+	// with it: "true" (the default) or "false".
+	AnnotationReclaim = "ipam.spidernet.io/ippool-reclaim"
+)
+
+// Labels Spiderpool puts on the pools a subnet controls. A pool with
+// LabelOwnerAppName is an auto-pool.
+const (
+	LabelOwnerSubnet       = "ipam.spidernet.io/owner-spider-subnet"
+	LabelOwnerAppGV        = "ipam.spidernet.io/owner-application-gv"
+	LabelOwnerAppKind      = "ipam.spidernet.io/owner-application-kind"
+	LabelOwnerAppNamespace = "ipam.spidernet.io/owner-application-namespace"
+	LabelOwnerAppName      = "ipam.spidernet.io/owner-application-name"
+	LabelOwnerAppUID       = "ipam.spidernet.io/owner-application-uid"
+	LabelInterface         = "ipam.spidernet.io/interface"
+	LabelIPVersion         = "ipam.spidernet.io/ip-version"
+	LabelReclaim           = "ipam.spidernet.io/ippool-reclaim"
+	LabelCIDR              = "ipam.spidernet.io/ippool-cidr"
+)
+
+// The keys of an auto-pool's podAffinity.matchLabels. Spiderpool matches them
+// against the pod's top controller (its application), not the pod's labels.
+const (
+	LabelAppAPIGroup   = "ipam.spidernet.io/app-api-group"
+	LabelAppAPIVersion = "ipam.spidernet.io/app-api-version"
+	LabelAppKind       = "ipam.spidernet.io/app-kind"
+	LabelAppNamespace  = "ipam.spidernet.io/app-namespace"
+	LabelAppName       = "ipam.spidernet.io/app-name"
+)
+
+// AutoPoolFinalizer is the finalizer Spiderpool puts on every pool, so that a
+// pool is deleted only once no pod holds an address of it.
+const AutoPoolFinalizer = "spiderpool.spidernet.io"
+
+// AppRef names an application: the top controller of a pod, such as the
+// Deployment above a pod's ReplicaSet, or the CronJob above its Job.
+//
+// The zero AppRef names nothing: a pod without a controller. It is a plain
+// value, safe to copy and to compare.
+type AppRef struct {
+	// APIVersion is "group/version", or "version" for the core group:
+	// "apps/v1", "batch/v1", "apps.kruise.io/v1alpha1".
+	APIVersion string
+	Kind       string
+	Namespace  string
+	Name       string
+	UID        string
+}
+
+// IsZero reports whether r names no application.
+func (r AppRef) IsZero() bool { return r == AppRef{} }
+
+// Group returns the API group, "" for the core group.
+func (r AppRef) Group() string {
+	g, _, ok := strings.Cut(r.APIVersion, "/")
+	if !ok {
+		return ""
+	}
+	return g
+}
+
+// Version returns the API version without its group.
+func (r AppRef) Version() string {
+	if _, v, ok := strings.Cut(r.APIVersion, "/"); ok {
+		return v
+	}
+	return r.APIVersion
+}
+
+// String returns, for example, "Deployment default/test-app-1".
+func (r AppRef) String() string {
+	if r.IsZero() {
+		return "no application"
+	}
+	return r.Kind + " " + r.Namespace + "/" + r.Name
+}
+
+// IsNative reports whether r is one of the Kubernetes controllers whose pod
+// count SpiderSubnet follows: a Deployment, ReplicaSet, StatefulSet or
+// DaemonSet of apps/v1, or a Job or CronJob of batch/v1. Any other kind is a
+// third-party controller.
+func (r AppRef) IsNative() bool {
+	switch r.APIVersion {
+	case "apps/v1":
+		switch r.Kind {
+		case "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet":
+			return true
+		}
+	case "batch/v1":
+		return r.Kind == "Job" || r.Kind == "CronJob"
+	}
+	return false
+}
+
+// application returns Spiderpool's name for r in a subnet's
+// controlledIPPools: "<group>_<version>_<Kind>_<namespace>_<name>", without
+// the group part for the core group.
+func (r AppRef) application() string {
+	parts := []string{r.Version(), r.Kind, r.Namespace, r.Name}
+	if g := r.Group(); g != "" {
+		parts = append([]string{g}, parts...)
+	}
+	return strings.Join(parts, "_")
+}
+
+// gvLabel returns the value of LabelOwnerAppGV: "apps_v1", or "v1" for the
+// core group.
+func (r AppRef) gvLabel() string {
+	if g := r.Group(); g != "" {
+		return g + "_" + r.Version()
+	}
+	return r.Version()
+}
+
+// validate checks that r names an application: every field set.
+func (r AppRef) validate(fe *fieldErrors) {
+	for _, f := range [...]struct{ name, v string }{
+		{"apiVersion", r.APIVersion}, {"kind", r.Kind}, {"namespace", r.Namespace}, {"name", r.Name}, {"uid", r.UID},
+	} {
+		if f.v == "" {
+			fe.add(f.name, "", "required")
+		}
+	}
+	if strings.Count(r.APIVersion, "/") > 1 {
+		fe.add("apiVersion", r.APIVersion, `want "group/version" or "version"`)
+		return
+	}
+	// Each part goes into a label of the pool, or its podAffinity.
+	for _, f := range [...]struct{ name, v string }{
+		{"apiVersion", r.Group()}, {"apiVersion", r.Version()}, {"kind", r.Kind}, {"namespace", r.Namespace}, {"name", r.Name}, {"uid", r.UID},
+	} {
+		if f.v == "" {
+			continue
+		}
+		v := labelValue(f.v)
+		if f.name == "uid" {
+			v = f.v // written as it is, and looked up by
+		}
+		if p := labelValueProblem(v); p != "" {
+			v = f.v
+			if f.name == "apiVersion" {
+				v = r.APIVersion
+			}
+			fe.add(f.name, v, "cannot be written in a label: %s", p)
+		}
+	}
+}
+
+// AppLabels returns the labels an auto-pool's podAffinity matches against
+// the application of a pod: LabelAppAPIGroup, LabelAppAPIVersion,
+// LabelAppKind, LabelAppNamespace and LabelAppName. Values longer than a
+// label value may be (63 characters) are shortened as labelValue does.
+func AppLabels(r AppRef) map[string]string {
+	return map[string]string{
+		LabelAppAPIGroup:   labelValue(r.Group()),
+		LabelAppAPIVersion: labelValue(r.Version()),
+		LabelAppKind:       labelValue(r.Kind),
+		LabelAppNamespace:  labelValue(r.Namespace),
+		LabelAppName:       labelValue(r.Name),
+	}
+}
+
+// labelValue returns v if it fits in a label value (63 characters), else its
+// first 57 characters, "-" and five hexadecimal digits of its SHA-256, which
+// keeps distinct long values distinct. Spiderpool writes long values as they
+// are, which the API server refuses.
+func labelValue(v string) string {
+	if len(v) <= labelNameMaxLen {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	return v[:labelNameMaxLen-6] + "-" + hex.EncodeToString(sum[:])[:5]
+}
+
+// Application is an application whose pods may ask for auto-pools: its
+// top-controller reference, the annotations of its pod template, and what it
+// says about its pod count.
+//
+// The zero Application is invalid. It is a plain value; Annotations is read,
+// never written.
+type Application struct {
+	AppRef
+	// Annotations are the pod template's annotations: the subnet
+	// annotations, AnnotationIPNumber and AnnotationReclaim.
+	Annotations map[string]string
+	// HostNetwork is the pod template's spec.hostNetwork: such pods get no
+	// pool.
+	HostNetwork bool
+	// Replicas is spec.replicas of a Deployment, ReplicaSet or StatefulSet;
+	// unset counts as 1, the API server's default. For a third-party
+	// controller it is the replica count of its scale subresource, when the
+	// caller could read one; unset means unknown.
+	Replicas *int
+	// DesiredNumberScheduled is a DaemonSet's status.desiredNumberScheduled.
+	DesiredNumberScheduled int
+	// Completions and Parallelism are a Job's spec fields, or a CronJob's
+	// spec.jobTemplate.spec fields.
+	Completions, Parallelism *int
+}
+
+// PodCount returns how many pods the application runs, as Spiderpool counts
+// them, and whether that is known:
+//
+//   - Deployment, ReplicaSet, StatefulSet: Replicas (unset is 1);
+//   - DaemonSet: DesiredNumberScheduled;
+//   - Job, CronJob: Completions if set, else Parallelism if set, else 1; a
+//     set 0 counts as 1;
+//   - a third-party controller: Replicas if set, else unknown (Spiderpool
+//     counts 0, see DecideAutoPools).
+func (a *Application) PodCount() (n int, known bool) {
+	if !a.IsNative() {
+		if a.Replicas == nil {
+			return 0, false
+		}
+		return *a.Replicas, true
+	}
+	switch a.Kind {
+	case "DaemonSet":
+		return a.DesiredNumberScheduled, true
+	case "Job", "CronJob":
+		switch {
+		case a.Completions != nil:
+			return max(*a.Completions, 1), true
+		case a.Parallelism != nil:
+			return max(*a.Parallelism, 1), true
+		}
+		return 1, true
+	}
+	if a.Replicas == nil {
+		return 1, true
+	}
+	return *a.Replicas, true
+}
+
+// Validate checks that the application is named (every field of AppRef set)
+// and that its counts are not negative. Its annotations are checked by
+// ParseAutoPoolConfig.
+func (a *Application) Validate() error {
+	fe := &fieldErrors{object: "application"}
+	if a.Kind != "" && a.Name != "" {
+		fe.object = "application " + a.AppRef.String()
+	}
+	a.validate(fe)
+	for _, c := range [...]struct {
+		field string
+		v     *int
+	}{{"replicas", a.Replicas}, {"completions", a.Completions}, {"parallelism", a.Parallelism}, {"desiredNumberScheduled", &a.DesiredNumberScheduled}} {
+		if c.v != nil && *c.v < 0 {
+			fe.add(c.field, strconv.Itoa(*c.v), "negative")
+		}
+	}
+	return fe.err()
+}
+
+// IPNumber is the value of AnnotationIPNumber: a fixed number of addresses
+// ("5"), or a number of addresses beyond the application's pod count ("+1").
+//
+// The zero IPNumber is "0", a fixed size of no address. It is a plain value.
+type IPNumber struct {
+	N int
+	// Relative marks "+N": the pod count plus N.
+	Relative bool
+}
+
+// maxIPNumber bounds N: no subnet hands out more addresses to one pool in
+// practice, and it keeps sums far from overflow.
+const maxIPNumber = 1 << 24
+
+// ParseIPNumber parses "N" or "+N", N a decimal number from 0 to 16777216.
+// Errors are *AnnotationError values (Key AnnotationIPNumber) that unwrap to
+// ErrInvalid and say what is wrong, as Spiderpool does: "++1" and "abc" are
+// invalid input, "-1" is below 0.
+func ParseIPNumber(s string) (IPNumber, error) {
+	fail := func(reason string) (IPNumber, error) {
+		a := annotationParser{key: AnnotationIPNumber, value: s}
+		return IPNumber{}, a.newError(reason, ErrInvalid)
+	}
+	var n IPNumber
+	digits := s
+	if rest, ok := strings.CutPrefix(s, "+"); ok {
+		n.Relative, digits = true, rest
+	}
+	if strings.HasPrefix(digits, "-") && digits != "-" && strings.Trim(digits[1:], "0123456789") == "" && !n.Relative {
+		return fail("value must be 0 or greater")
+	}
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return fail(`invalid input: want "N" (a fixed number of addresses) or "+N" (N more than the application's pods), N a decimal number`)
+	}
+	v, err := strconv.Atoi(digits)
+	if err != nil || v > maxIPNumber {
+		return fail(fmt.Sprintf("invalid input: at most %d addresses", maxIPNumber))
+	}
+	n.N = v
+	return n, nil
+}
+
+// String returns "N" or "+N".
+func (n IPNumber) String() string {
+	if n.Relative {
+		return "+" + strconv.Itoa(n.N)
+	}
+	return strconv.Itoa(n.N)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (n IPNumber) MarshalText() ([]byte, error) { return []byte(n.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler with ParseIPNumber.
+func (n *IPNumber) UnmarshalText(b []byte) error {
+	v, err := ParseIPNumber(string(b))
+	if err != nil {
+		return err
+	}
+	*n = v
+	return nil
+}
+
+// Size returns the number of addresses for an application of podCount pods.
+func (n IPNumber) Size(podCount int) int {
+	if n.Relative {
+		return podCount + n.N
+	}
+	return n.N
+}
+
+// AutoPoolConfig is what an application's pod template annotations ask of
+// SpiderSubnet.
+//
+// The zero AutoPoolConfig asks for nothing. It is a plain value.
+type AutoPoolConfig struct {
+	// Key is the annotation the subnets come from: AnnotationSubnets, which
+	// wins, or AnnotationSubnet.
+	Key string
+	// Subnets lists, per interface, the subnet of each family (the first
+	// name of each, as Spiderpool uses). The single form's interface
+	// defaults to "eth0".
+	Subnets []SubnetAnnotation
+	// IPNumber is the value of AnnotationIPNumber, when HasIPNumber.
+	IPNumber    IPNumber
+	HasIPNumber bool
+	// Reclaim is the value of AnnotationReclaim; true when it is absent.
+	Reclaim bool
+}
+
+// ParseAutoPoolConfig reads the SpiderSubnet annotations of a pod template.
+// It reports whether the template asks for auto-pools (it has
+// AnnotationSubnets or AnnotationSubnet) and returns every problem at once:
+// the subnet annotations' (see ParseSubnetsAnnotation and
+// ParseSubnetAnnotation), a malformed AnnotationIPNumber (ParseIPNumber), and
+// an AnnotationReclaim that is not a boolean (strconv.ParseBool's forms).
+// Errors are *AnnotationError values, joined when there are several, that
+// unwrap to ErrInvalid.
+func ParseAutoPoolConfig(annotations map[string]string) (cfg AutoPoolConfig, ok bool, err error) {
+	var errs []error
+	if v, has := annotations[AnnotationSubnets]; has {
+		cfg.Key = AnnotationSubnets
+		cfg.Subnets, err = ParseSubnetsAnnotation(v)
+	} else if v, has := annotations[AnnotationSubnet]; has {
+		cfg.Key = AnnotationSubnet
+		var a SubnetAnnotation
+		if a, err = ParseSubnetAnnotation(v); err == nil {
+			cfg.Subnets = []SubnetAnnotation{a}
+		}
+	} else {
+		return AutoPoolConfig{}, false, nil
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if v, has := annotations[AnnotationIPNumber]; has {
+		if cfg.IPNumber, err = ParseIPNumber(v); err != nil {
+			errs = append(errs, err)
+		}
+		cfg.HasIPNumber = true
+	}
+	cfg.Reclaim = true
+	if v, has := annotations[AnnotationReclaim]; has {
+		b, perr := strconv.ParseBool(v)
+		if perr != nil {
+			a := annotationParser{key: AnnotationReclaim, value: v}
+			errs = append(errs, a.newError(`invalid input: want "true" or "false"`, ErrInvalid))
+		}
+		cfg.Reclaim = b || perr != nil
+	}
+	if len(errs) > 0 {
+		return AutoPoolConfig{}, true, joinErrors(errs)
+	}
+	return cfg, true, nil
+}
+
+// joinErrors returns the one error of errs, or errs joined.
+func joinErrors(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}
+
+// AutoPool is a pool SpiderSubnet created for one interface and IP family of
+// an application: the SpiderIPPool spec (Pool) and what Spiderpool writes in
+// its metadata (see Labels, Annotations, AutoPoolFinalizer, and a controller
+// owner reference to the SpiderSubnet named Subnet).
+//
+// The zero AutoPool is not useful; DecideAutoPools builds them and
+// ParseAutoPool reads them back. Treat an AutoPool as immutable once shared.
+type AutoPool struct {
+	// Pool is the spec: name, ipVersion, subnet (the CIDR), ips, gateway and
+	// routes copied from the subnet, and podAffinity matching AppLabels of
+	// the application.
+	Pool *Pool
+	// Subnet names the SpiderSubnet the addresses come from.
+	Subnet string
+	// App is the application the pool serves.
+	App AppRef
+	// Interface is the pod interface the pool serves, such as "eth0".
+	Interface string
+	// Reclaim says whether the pool goes with its application.
+	Reclaim bool
+	// IPNumber is what the pool was sized by (annotation AnnotationIPNumber
+	// of the pool).
+	IPNumber IPNumber
+}
+
+// Name returns the pool's name.
+func (a *AutoPool) Name() string { return a.Pool.Name }
+
+// Family returns 4 or 6.
+func (a *AutoPool) Family() int { return a.Pool.Family() }
+
+// Size returns the number of the pool's addresses.
+func (a *AutoPool) Size() int { return int(min(setSize(a.Pool.usable(nil)), maxIPNumber*4)) }
+
+// Labels returns the labels Spiderpool puts on an auto-pool.
+func (a *AutoPool) Labels() map[string]string {
+	return map[string]string{
+		LabelOwnerSubnet:       a.Subnet,
+		LabelOwnerAppGV:        labelValue(a.App.gvLabel()),
+		LabelOwnerAppKind:      labelValue(a.App.Kind),
+		LabelOwnerAppNamespace: labelValue(a.App.Namespace),
+		LabelOwnerAppName:      labelValue(a.App.Name),
+		LabelOwnerAppUID:       a.App.UID,
+		LabelInterface:         labelValue(a.Interface),
+		LabelIPVersion:         "IPv" + strconv.Itoa(a.Family()),
+		LabelReclaim:           strconv.FormatBool(a.Reclaim),
+		LabelCIDR:              cidrLabel(a.Pool.Subnet),
+	}
+}
+
+// Annotations returns the annotations Spiderpool puts on an auto-pool:
+// AnnotationIPNumber with the value it was sized by.
+func (a *AutoPool) Annotations() map[string]string {
+	return map[string]string{AnnotationIPNumber: a.IPNumber.String()}
+}
+
+// ParseAutoPool reads back an auto-pool from a SpiderIPPool's spec, labels
+// and annotations. It reports whether the pool is an auto-pool (it has the
+// label LabelOwnerAppName, Spiderpool's test) and returns every problem with
+// the labels and annotations at once. An application name longer than 63
+// characters comes back shortened (see AppLabels).
+func ParseAutoPool(p *Pool, labels, annotations map[string]string) (*AutoPool, bool, error) {
+	if _, ok := labels[LabelOwnerAppName]; !ok || p == nil {
+		return nil, false, nil
+	}
+	fe := &fieldErrors{object: p.object()}
+	a := &AutoPool{Pool: p, Subnet: labels[LabelOwnerSubnet], Interface: labels[LabelInterface], Reclaim: true}
+	a.App = AppRef{Kind: labels[LabelOwnerAppKind], Namespace: labels[LabelOwnerAppNamespace],
+		Name: labels[LabelOwnerAppName], UID: labels[LabelOwnerAppUID]}
+	gv := labels[LabelOwnerAppGV]
+	if g, v, ok := strings.Cut(gv, "_"); ok {
+		a.App.APIVersion = g + "/" + v
+	} else {
+		a.App.APIVersion = gv
+	}
+	for _, k := range [...]string{LabelOwnerSubnet, LabelOwnerAppGV, LabelOwnerAppKind, LabelOwnerAppNamespace, LabelOwnerAppName, LabelOwnerAppUID, LabelInterface} {
+		if labels[k] == "" {
+			fe.add("metadata.labels."+k, "", "required on an auto-pool")
+		}
+	}
+	if v, ok := labels[LabelReclaim]; ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			fe.add("metadata.labels."+LabelReclaim, v, `want "true" or "false"`)
+		}
+		a.Reclaim = b || err != nil
+	}
+	if v, ok := labels[LabelIPVersion]; ok && v != "IPv"+strconv.Itoa(p.Family()) {
+		fe.add("metadata.labels."+LabelIPVersion, v, "does not match the pool's IP family IPv%d", p.Family())
+	}
+	if v, ok := annotations[AnnotationIPNumber]; ok {
+		n, err := ParseIPNumber(v)
+		if err != nil {
+			fe.add("metadata.annotations."+AnnotationIPNumber, v, "%s", err.(*AnnotationError).Reason)
+		}
+		a.IPNumber = n
+	} else {
+		a.IPNumber = IPNumber{N: a.Size()}
+	}
+	if err := fe.err(); err != nil {
+		return nil, true, err
+	}
+	return a, true, nil
+}
+
+// ValidateAutoPoolUpdate checks a change of an auto-pool from old to new by
+// Spiderpool's admission rules for auto-pools: the addresses (ips less
+// excludeIPs) must stay what SpiderSubnet gave it (users cannot edit them),
+// and podAffinity must stay exactly the application's five matchLabels. It
+// returns every problem at once.
+func ValidateAutoPoolUpdate(old, new *AutoPool) error {
+	if old == nil || new == nil || old.Pool == nil || new.Pool == nil {
+		return &FieldError{Object: "auto-pool", Field: "(pool)", Reason: "nil pool"}
+	}
+	fe := &fieldErrors{object: new.Pool.object()}
+	was, now := old.Pool.usable(nil), new.Pool.usable(nil)
+	if !slices.Equal(was.Ranges(), now.Ranges()) {
+		fe.add("ips", strings.Join(formatIPRanges(now.Ranges()), ","),
+			"the addresses of an auto-created pool are SpiderSubnet's to set: want %s", strings.Join(formatIPRanges(was.Ranges()), ","))
+	}
+	want := autoPoolAffinity(old.App)
+	if got := new.Pool.PodAffinity; got == nil || len(got.MatchExpressions) > 0 || !maps.Equal(got.MatchLabels, want.MatchLabels) {
+		v := "null"
+		if got != nil {
+			v = got.String()
+		}
+		fe.add("podAffinity", v, "an auto-created pool's podAffinity is its application's matchLabels %s and nothing else", want.String())
+	}
+	return fe.err()
+}
+
+// autoPoolAffinity returns the podAffinity of an auto-pool of app.
+func autoPoolAffinity(app AppRef) *LabelSelector {
+	return &LabelSelector{MatchLabels: AppLabels(app)}
+}
+
+// AutoPoolName returns the name of the auto-pool of an application's
+// interface and IP family, as Spiderpool names it:
+// "auto<family>-<application name>-<interface>-<uid5>", lower-cased, where
+// uid5 is the first five characters of the last dash-separated block of the
+// application's UID, so that applications of different kinds with one name
+// get different pools. The application name is cut so that the whole name
+// has at most 253 characters (Spiderpool's cut leaves 254, which the API
+// server refuses), and dots and dashes at the cut are dropped, so that the
+// name stays a DNS subdomain. It is an error if the result is not one (an
+// interface name with characters a pool name cannot hold, say).
+func AutoPoolName(family int, app AppRef, iface string) (string, error) {
+	uid := app.UID
+	if i := strings.LastIndexByte(uid, '-'); i >= 0 {
+		uid = uid[i+1:]
+	}
+	uid = uid[:min(len(uid), 5)]
+	prefix := "auto" + strconv.Itoa(family) + "-"
+	suffix := "-" + strings.ToLower(iface) + "-" + strings.ToLower(uid)
+	name := strings.ToLower(app.Name)
+	if room := 253 - len(prefix) - len(suffix); len(name) > room {
+		name = strings.TrimRight(name[:max(room, 0)], ".-")
+	}
+	full := prefix + name + suffix
+	if name == "" || len(full) > 253 || !isLabelDNSSubdomain(full) {
+		return "", &FieldError{Object: "auto-pool of " + app.String(), Field: "name", Value: full,
+			Reason: "not a valid pool name (a DNS subdomain of at most 253 characters): check the interface name and the application's name and uid"}
+	}
+	return full, nil
+}
+
+// newAutoPool builds the auto-pool of app's interface iface and IP family
+// from subnet s, with addresses ips.
+func newAutoPool(name string, s *Subnet, app AppRef, iface string, cfg *AutoPoolConfig, n IPNumber, ips []netipx.IPRange) *AutoPool {
+	p := &Pool{
+		Name:        name,
+		IPVersion:   s.Family(),
+		Subnet:      s.Subnet,
+		IPs:         ips,
+		Gateway:     s.Gateway,
+		Routes:      slices.Clone(s.Routes),
+		PodAffinity: autoPoolAffinity(app),
+	}
+	return &AutoPool{Pool: p, Subnet: s.Name, App: app, Interface: iface, Reclaim: cfg.Reclaim, IPNumber: n}
+}

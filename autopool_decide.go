@@ -1,0 +1,935 @@
+package ipam
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"go4.org/netipx"
+
+	"github.com/ipamkit/ipam/store"
+)
+
+// This file decides what SpiderSubnet does about auto-pools: DecideAutoPools
+// is a pure function from the applications, the subnets and the pools that
+// exist (an AutoPoolSnapshot) to one decision per pool: create it with the
+// lowest free addresses of its subnet, grow it, shrink it, refresh its
+// labels, keep it, wait, or reclaim it. SubnetManager applies the same
+// decisions as applications and pods come and go.
+//
+// The rules are Spiderpool's (its subnet manager and application
+// controller); where the library differs, the difference is spelled out at
+// the rule and listed in the README.
+
+// AutoPoolAction is what a decision does to a pool.
+type AutoPoolAction string
+
+// Actions of an AutoPoolDecision.
+const (
+	// AutoPoolCreate: a new pool with the lowest free addresses of its
+	// subnet.
+	AutoPoolCreate AutoPoolAction = "create"
+	// AutoPoolGrow: the pool keeps its addresses and gains the lowest free
+	// addresses of its subnet.
+	AutoPoolGrow AutoPoolAction = "grow"
+	// AutoPoolShrink: the pool gives back its lowest addresses that no pod
+	// uses.
+	AutoPoolShrink AutoPoolAction = "shrink"
+	// AutoPoolUpdate: same addresses; the labels change (a new application
+	// UID, reclaim, or the size annotation).
+	AutoPoolUpdate AutoPoolAction = "update"
+	// AutoPoolKeep: nothing to change.
+	AutoPoolKeep AutoPoolAction = "keep"
+	// AutoPoolSkip: the application gets no pool (its pods use the host's
+	// network).
+	AutoPoolSkip AutoPoolAction = "skip"
+	// AutoPoolWait: the change cannot be made yet; Err wraps ErrNotReady and
+	// says what it waits for. Nothing changes.
+	AutoPoolWait AutoPoolAction = "wait"
+	// AutoPoolTerminate: the application is gone and the pool is reclaimed,
+	// but pods still use some of its addresses: no new allocation from it,
+	// deleted once they are released.
+	AutoPoolTerminate AutoPoolAction = "terminate"
+	// AutoPoolDelete: the pool is deleted and its addresses go back to the
+	// subnet.
+	AutoPoolDelete AutoPoolAction = "delete"
+	// AutoPoolFail: the application asks for something that cannot be done
+	// (Err says what, naming the annotation or field and its value). Nothing
+	// is created or changed.
+	AutoPoolFail AutoPoolAction = "fail"
+)
+
+// AutoPoolDecision is what to do about one auto-pool: one interface and IP
+// family of an application, or a pool whose application is gone.
+//
+// The zero AutoPoolDecision decides nothing. It is a plain value.
+type AutoPoolDecision struct {
+	App       AppRef
+	Interface string
+	Family    int
+	Subnet    string
+	Action    AutoPoolAction
+	// Pool is the pool as the action leaves it (for AutoPoolTerminate, marked
+	// Terminating; for AutoPoolDelete, the pool deleted); for AutoPoolWait
+	// and AutoPoolFail, the pool as it is, or nil if there is none.
+	Pool *AutoPool
+	// Desired is the number of addresses the pool should have; 0 for a
+	// reclaimed pool.
+	Desired int
+	// Added and Removed are the addresses the action gives the pool and
+	// takes from it.
+	Added, Removed []netipx.IPRange
+	// Message says why, for people.
+	Message string
+	// Err is set for AutoPoolWait (wrapping ErrNotReady) and AutoPoolFail.
+	Err error
+}
+
+// PoolName returns the name of the decision's pool, or "".
+func (d *AutoPoolDecision) PoolName() string {
+	if d.Pool == nil || d.Pool.Pool == nil {
+		return ""
+	}
+	return d.Pool.Name()
+}
+
+// String returns, for example, `create auto4-app-eth0-a5bd3 (Deployment
+// default/app eth0 IPv4, subnet "subnet-6"): 3 addresses for 2 pods and "+1"`.
+func (d *AutoPoolDecision) String() string {
+	var b strings.Builder
+	b.WriteString(string(d.Action))
+	if n := d.PoolName(); n != "" {
+		b.WriteString(" " + n)
+	}
+	b.WriteString(" (" + d.App.String())
+	if d.Interface != "" {
+		b.WriteString(" " + d.Interface)
+	}
+	if d.Family != 0 {
+		fmt.Fprintf(&b, " IPv%d", d.Family)
+	}
+	if d.Subnet != "" {
+		fmt.Fprintf(&b, ", subnet %q", d.Subnet)
+	}
+	b.WriteString(")")
+	if d.Message != "" {
+		b.WriteString(": " + d.Message)
+	}
+	return b.String()
+}
+
+// AutoPoolOptions tune the auto-pool decisions. The zero AutoPoolOptions is
+// Spiderpool's default configuration. It is a plain value.
+type AutoPoolOptions struct {
+	// DefaultIPNumber sizes the pools of applications that set no
+	// AnnotationIPNumber, in its syntax: Spiderpool's Helm value
+	// ipam.spiderSubnet.autoPool.defaultRedundantIPNumber N is "+N". Empty
+	// means "+1", Spiderpool's default.
+	DefaultIPNumber string
+}
+
+// Validate checks DefaultIPNumber.
+func (o AutoPoolOptions) Validate() error {
+	if o.DefaultIPNumber == "" {
+		return nil
+	}
+	if _, err := ParseIPNumber(o.DefaultIPNumber); err != nil {
+		return &FieldError{Object: "auto-pool options", Field: "DefaultIPNumber", Value: o.DefaultIPNumber, Reason: err.(*AnnotationError).Reason}
+	}
+	return nil
+}
+
+// defaultNumber returns DefaultIPNumber parsed; "+1" when empty or invalid.
+func (o AutoPoolOptions) defaultNumber() IPNumber {
+	if n, err := ParseIPNumber(o.DefaultIPNumber); err == nil {
+		return n
+	}
+	return IPNumber{N: 1, Relative: true}
+}
+
+// AutoPoolSnapshot is what exists at one moment: subnets, the pools written
+// by hand, the auto-pools, the reserved addresses, and the claims of the
+// auto-pools' addresses (which addresses pods use). Build it with
+// NewAutoPoolSnapshot.
+//
+// The zero AutoPoolSnapshot has no subnet. An *AutoPoolSnapshot is
+// immutable and safe for concurrent use.
+type AutoPoolSnapshot struct {
+	subnets  map[string]*Subnet
+	pools    map[string]*Pool // every pool, by name
+	all      []*Pool          // every pool: the free addresses of a subnet are those no pool has
+	auto     []*AutoPool
+	byUID    map[string][]*AutoPool
+	reserved [2]*netipx.IPSet // IPv4, IPv6
+	used     map[string]*netipx.IPSet
+}
+
+// NewAutoPoolSnapshot returns the snapshot of subnets, pools (written by
+// hand), autoPools, reserved addresses and claims. It checks everything at
+// once: subnets and pools by ValidateSubnets and ValidatePools (auto-pools
+// included), each auto-pool's subnet exists and has the pool's CIDR, its
+// application is named, and reserved objects are valid. Claims are matched to
+// pools by pool name; claims of other pools are ignored.
+func NewAutoPoolSnapshot(subnets []*Subnet, pools []*Pool, autoPools []*AutoPool, reserved []*ReservedIP, claims []store.Claim) (*AutoPoolSnapshot, error) {
+	all := slices.Clone(pools)
+	var errs []error
+	for i, a := range autoPools {
+		if a == nil || a.Pool == nil {
+			errs = append(errs, &FieldError{Field: fmt.Sprintf("autoPools[%d]", i), Reason: "nil auto-pool"})
+			continue
+		}
+		all = append(all, a.Pool)
+	}
+	if err := ValidatePools(all); err != nil {
+		errs = append(errs, err)
+	}
+	if err := ValidateSubnets(subnets, all); err != nil {
+		errs = append(errs, err)
+	}
+	for i, r := range reserved {
+		if r == nil {
+			errs = append(errs, &FieldError{Field: fmt.Sprintf("reserved[%d]", i), Reason: "nil reservedIP"})
+		} else if err := r.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s := &AutoPoolSnapshot{
+		subnets: make(map[string]*Subnet, len(subnets)),
+		pools:   make(map[string]*Pool, len(all)),
+		all:     all,
+		byUID:   make(map[string][]*AutoPool),
+		used:    make(map[string]*netipx.IPSet),
+	}
+	for _, sn := range subnets {
+		if sn != nil {
+			s.subnets[sn.Name] = sn
+		}
+	}
+	for _, p := range all {
+		if p != nil {
+			s.pools[p.Name] = p
+		}
+	}
+	for _, a := range autoPools {
+		if a == nil || a.Pool == nil {
+			continue
+		}
+		fe := &fieldErrors{object: a.Pool.object()}
+		if sn, ok := s.subnets[a.Subnet]; !ok {
+			fe.add("metadata.labels."+LabelOwnerSubnet, a.Subnet, "no such subnet")
+		} else if sn.Subnet != a.Pool.Subnet {
+			fe.add("subnet", a.Pool.Subnet.String(), "not the CIDR of its subnet %q, %s", sn.Name, sn.Subnet)
+		}
+		a.App.validate(fe)
+		if a.Interface == "" {
+			fe.add("metadata.labels."+LabelInterface, "", "required")
+		}
+		if err := fe.err(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.auto = append(s.auto, a)
+		s.byUID[a.App.UID] = append(s.byUID[a.App.UID], a)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	s.reserved = [2]*netipx.IPSet{ReservedSet(4, reserved), ReservedSet(6, reserved)}
+	builders := make(map[string]*netipx.IPSetBuilder)
+	for _, c := range claims {
+		if _, ok := s.pools[c.Pool]; !ok {
+			continue
+		}
+		b := builders[c.Pool]
+		if b == nil {
+			b = new(netipx.IPSetBuilder)
+			builders[c.Pool] = b
+		}
+		b.Add(c.IP)
+	}
+	for name, b := range builders {
+		s.used[name], _ = b.IPSet()
+	}
+	return s, nil
+}
+
+// AutoPoolView is what the auto-pool decisions read about the cluster. An
+// AutoPoolSnapshot is one, built from lists; SubnetManager keeps its own; a
+// controller can implement one over informer caches and indexes, so that a
+// decision about one application costs what that application touches, not
+// what the cluster holds (see DecideApplication).
+//
+// A view must be consistent for the length of one decision: a runner that
+// applies decisions concurrently serialises those that touch one subnet.
+type AutoPoolView interface {
+	// Subnet returns the subnet of that name.
+	Subnet(name string) (*Subnet, bool)
+	// FreeAddresses returns the addresses of s that no pool has and no
+	// reservation holds (its Usable addresses less every pool's and the
+	// family's reserved addresses).
+	FreeAddresses(s *Subnet) *netipx.IPSet
+	// PoolExists reports whether a pool of that name exists, auto-pool or
+	// not.
+	PoolExists(name string) bool
+	// AutoPoolsOf returns the auto-pools labelled with application UID uid.
+	AutoPoolsOf(uid string) []*AutoPool
+	// KeptAutoPools returns the auto-pools from subnet, for iface and family,
+	// that an earlier application of the same group, kind, namespace and name
+	// as app kept (reclaim false) when it went: the pools app may reuse.
+	// The decisions check each again, so a view may return more.
+	KeptAutoPools(app AppRef, iface string, family int, subnet string) []*AutoPool
+	// UsedAddresses returns the addresses of a that pods hold (their claims
+	// in the Store), or an error if they cannot be read: then a decides no
+	// shrink and no deletion.
+	UsedAddresses(a *AutoPool) (*netipx.IPSet, error)
+	// Reserved returns the reserved addresses of family 4 or 6, or nil.
+	Reserved(family int) *netipx.IPSet
+}
+
+// Subnet implements AutoPoolView.
+func (s *AutoPoolSnapshot) Subnet(name string) (*Subnet, bool) {
+	sn, ok := s.subnets[name]
+	return sn, ok
+}
+
+// PoolExists implements AutoPoolView.
+func (s *AutoPoolSnapshot) PoolExists(name string) bool { _, ok := s.pools[name]; return ok }
+
+// AutoPoolsOf implements AutoPoolView.
+func (s *AutoPoolSnapshot) AutoPoolsOf(uid string) []*AutoPool { return s.byUID[uid] }
+
+// Reserved implements AutoPoolView.
+func (s *AutoPoolSnapshot) Reserved(fam int) *netipx.IPSet { return s.reserved[familyIndex(fam)] }
+
+// FreeAddresses implements AutoPoolView. It costs O(pools).
+func (s *AutoPoolSnapshot) FreeAddresses(sn *Subnet) *netipx.IPSet {
+	var b netipx.IPSetBuilder
+	b.AddSet(sn.Usable())
+	for _, p := range s.all {
+		if p != nil && p.Family() == sn.Family() {
+			b.RemoveSet(p.usable(nil))
+		}
+	}
+	if r := s.reserved[familyIndex(sn.Family())]; r != nil {
+		b.RemoveSet(r)
+	}
+	set, _ := b.IPSet()
+	return set
+}
+
+// KeptAutoPools implements AutoPoolView.
+func (s *AutoPoolSnapshot) KeptAutoPools(app AppRef, iface string, family int, subnet string) []*AutoPool {
+	var out []*AutoPool
+	for _, a := range s.auto {
+		if keptFor(a, app, iface, family, subnet) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// UsedAddresses implements AutoPoolView: the addresses of the claims given
+// to NewAutoPoolSnapshot.
+func (s *AutoPoolSnapshot) UsedAddresses(a *AutoPool) (*netipx.IPSet, error) {
+	u := s.used[a.Name()]
+	if u == nil {
+		return new(netipx.IPSet), nil
+	}
+	return u, nil
+}
+
+// keptFor reports whether auto-pool a may be reused by app for iface and
+// family from subnet: its reclaim is false, it is not terminating, and it
+// was made for another application of the same group, kind, namespace and
+// name (Spiderpool looks such pools up by labels without the UID).
+func keptFor(a *AutoPool, app AppRef, iface string, family int, subnet string) bool {
+	return !a.Reclaim && !a.Pool.Terminating && a.App.UID != app.UID &&
+		a.App.Group() == app.Group() && labelValue(a.App.Kind) == labelValue(app.Kind) &&
+		labelValue(a.App.Namespace) == labelValue(app.Namespace) && labelValue(a.App.Name) == labelValue(app.Name) &&
+		a.Interface == iface && a.Family() == family && a.Subnet == subnet
+}
+
+func familyIndex(fam int) int {
+	if fam == 6 {
+		return 1
+	}
+	return 0
+}
+
+// DecideAutoPools decides, for every application of apps and every auto-pool
+// of snap, what to do, and returns the decisions: each application's in the
+// order of apps and of its interfaces (IPv4 before IPv6), then those of the
+// pools no application accounts for. It reads no clock and touches no store.
+// An invalid opts.DefaultIPNumber counts as "+1".
+//
+// For each application whose pod template has the subnet annotations (see
+// ParseAutoPoolConfig), one pool per interface and family it names:
+//
+//  1. Bad input fails the whole application and changes nothing (AutoPoolFail,
+//     Err naming the annotation or field and the value): malformed
+//     annotations; an unknown subnet, a subnet of the other family, or one
+//     being deleted; two interfaces on one subnet; a pool bigger than the
+//     subnet's totalIPCount; a third-party controller without a fixed
+//     ippool-ip-number (Spiderpool: "only supports fixed auto-created
+//     IPPool IP Number"), or with "+N" when its replica count is unknown.
+//     Its existing pools are kept as they are.
+//  2. hostNetwork: no pool (AutoPoolSkip); existing pools are kept.
+//  3. The size is ippool-ip-number (or opts.DefaultIPNumber) over the pod
+//     count (Application.PodCount).
+//  4. The pool is the application's own (labelled with its UID), else a pool
+//     kept by an earlier application of the same group, kind, namespace and
+//     name with reclaim false (Spiderpool's reuse: the UID label is
+//     rewritten and the pool resized), else a new one (AutoPoolName) with
+//     the subnet's lowest free addresses: its addresses less every pool's,
+//     less the reserved addresses of the family.
+//  5. Too small: it grows by the lowest free addresses, keeping its own.
+//     Too big: it gives back its lowest addresses that no pod holds, if
+//     enough are free; otherwise it waits (AutoPoolWait) until pods release
+//     theirs. Same size: AutoPoolUpdate if the labels change, else
+//     AutoPoolKeep.
+//  6. If the subnet has too few free addresses, the pool waits
+//     (AutoPoolWait, Spiderpool's "insufficient subnet FreeIPs"). An
+//     application's pools take addresses all or none: if one cannot, none
+//     of its pools is created or grown.
+//  7. An application whose pods now name another subnet than its pool's
+//     keeps the pool and fails (ErrNotSupported): Spiderpool ignores the
+//     change too.
+//
+// Every auto-pool that no application accounts for (its application is not
+// in apps, has another UID, or no longer asks for that interface) is
+// reclaimed if its reclaim label is true: deleted when no pod holds one of
+// its addresses (AutoPoolDelete), else AutoPoolTerminate (then AutoPoolWait
+// while it is Terminating). With reclaim false it is kept for reuse.
+//
+// Addresses given back (shrinks, deletions) are free for the applications'
+// new addresses in the same call: the result is where Spiderpool's
+// controller, which retries waiting applications, ends up.
+func DecideAutoPools(apps []Application, snap *AutoPoolSnapshot, opts AutoPoolOptions) []AutoPoolDecision {
+	if snap == nil {
+		snap = &AutoPoolSnapshot{}
+	}
+	e := newAutoPoolEngine(snap, opts)
+	plans := make([]*appPlan, len(apps))
+	owned := make(map[*AutoPool]bool)
+	uids := make(map[string]bool, len(apps))
+	for i := range apps {
+		if app := &apps[i]; app.UID != "" && uids[app.UID] {
+			plans[i] = &appPlan{app: app}
+			plans[i].fail(AutoPoolDecision{App: app.AppRef}, &AutoPoolError{App: app.AppRef,
+				Reason: fmt.Sprintf("uid %q: the same application is listed twice", app.UID), Err: ErrInvalid})
+			continue
+		}
+		uids[apps[i].UID] = true
+		plans[i] = e.plan(&apps[i])
+		for _, a := range plans[i].owned {
+			owned[a] = true
+		}
+	}
+	for _, p := range plans {
+		for i := range p.decisions {
+			e.release(&p.decisions[i])
+		}
+	}
+	var orphans []AutoPoolDecision
+	for _, a := range snap.auto {
+		if owned[a] {
+			continue
+		}
+		d := e.reclaim(a)
+		e.release(&d)
+		orphans = append(orphans, d)
+	}
+	var out []AutoPoolDecision
+	for _, p := range plans {
+		e.take(p)
+		out = append(out, p.decisions...)
+	}
+	return append(out, orphans...)
+}
+
+// DecideApplication decides about the pools of one application by the rules
+// of DecideAutoPools, reading only what the application touches through v:
+// for a runner that reacts to one application's change. Pools of other
+// applications are not judged; the application's own pools it no longer
+// accounts for (an interface or the annotations dropped) are reclaimed.
+// Addresses its shrinks and reclaims give back are free for its creates and
+// grows: apply those first, and if one cannot be applied (a pod took an
+// address meanwhile), decide again before applying the rest. A nil app
+// decides nothing.
+func DecideApplication(app *Application, v AutoPoolView, opts AutoPoolOptions) []AutoPoolDecision {
+	if app == nil || v == nil {
+		return nil
+	}
+	e := newAutoPoolEngine(v, opts)
+	p := e.plan(app)
+	for i := range p.decisions {
+		e.release(&p.decisions[i])
+	}
+	for _, a := range v.AutoPoolsOf(app.UID) {
+		if !slices.ContainsFunc(p.owned, func(o *AutoPool) bool { return o.Name() == a.Name() }) {
+			d := e.reclaim(a)
+			e.release(&d)
+			p.decisions = append(p.decisions, d)
+		}
+	}
+	e.take(p)
+	return p.decisions
+}
+
+// DecideReclaim decides about auto-pool a, whose application is gone, by the
+// rules of DecideAutoPools: keep it (reclaim false), delete it (no pod holds
+// one of its addresses), terminate it, or wait while it terminates.
+func DecideReclaim(a *AutoPool, v AutoPoolView) AutoPoolDecision {
+	if a == nil || a.Pool == nil || v == nil {
+		return AutoPoolDecision{}
+	}
+	return newAutoPoolEngine(v, AutoPoolOptions{}).reclaim(a)
+}
+
+// autoPoolEngine makes decisions against a world, keeping its own copy of
+// the subnets' free addresses as decisions take and give back addresses.
+type autoPoolEngine struct {
+	w    AutoPoolView
+	def  IPNumber
+	free map[string]*netipx.IPSet
+	// claimed are the kept pools a plan reuses, so that no two take one.
+	claimed map[*AutoPool]bool
+}
+
+func newAutoPoolEngine(w AutoPoolView, opts AutoPoolOptions) *autoPoolEngine {
+	return &autoPoolEngine{w: w, def: opts.defaultNumber(), free: make(map[string]*netipx.IPSet), claimed: make(map[*AutoPool]bool)}
+}
+
+func (e *autoPoolEngine) freeSet(s *Subnet) *netipx.IPSet {
+	f, ok := e.free[s.Name]
+	if !ok {
+		f = e.w.FreeAddresses(s)
+		e.free[s.Name] = f
+	}
+	return f
+}
+
+// appPlan is one application's decisions, before addresses are taken.
+type appPlan struct {
+	app       *Application
+	decisions []AutoPoolDecision
+	// takes are the indexes of decisions that need addresses (create, grow).
+	takes []int
+	// owned are the existing pools the plan accounts for, which are not
+	// reclaimed.
+	owned []*AutoPool
+	// was is the pool before the decision, by index of a grow.
+	was map[int]*AutoPool
+}
+
+func (p *appPlan) fail(d AutoPoolDecision, err error) {
+	d.Action, d.Err, d.Message = AutoPoolFail, err, err.Error()
+	p.decisions = append(p.decisions, d)
+}
+
+func (p *appPlan) wait(d AutoPoolDecision, err *AutoPoolError) {
+	err.Err = ErrNotReady
+	d.Action, d.Err, d.Message = AutoPoolWait, err, err.Reason
+	p.decisions = append(p.decisions, d)
+}
+
+// autoPoolEntry is one pool an application asks for.
+type autoPoolEntry struct {
+	iface  string
+	family int
+	subnet *Subnet
+}
+
+// plan decides everything about app except which free addresses its
+// creates and grows take (see take).
+func (e *autoPoolEngine) plan(app *Application) *appPlan {
+	p := &appPlan{app: app, owned: e.w.AutoPoolsOf(app.UID)}
+	base := AutoPoolDecision{App: app.AppRef}
+	if err := app.Validate(); err != nil {
+		p.fail(base, err)
+		return p
+	}
+	cfg, ok, err := ParseAutoPoolConfig(app.Annotations)
+	if !ok {
+		p.owned = nil // no longer asks: its pools are reclaimed
+		return p
+	}
+	if err != nil {
+		setAnnotationObject(err, "pod template of "+app.AppRef.String())
+		p.fail(base, err)
+		return p
+	}
+	if app.HostNetwork {
+		d := base
+		d.Action, d.Message = AutoPoolSkip, "its pods use the host's network: no pool"
+		p.decisions = append(p.decisions, d)
+		return p
+	}
+	desired, why, err := e.size(app, &cfg)
+	if err != nil {
+		p.fail(base, err)
+		return p
+	}
+	entries, errs := e.entries(app, &cfg, desired)
+	if len(errs) > 0 {
+		for _, err := range errs {
+			p.fail(base, err)
+		}
+		return p
+	}
+	p.owned = nil
+	n := e.def
+	if cfg.HasIPNumber {
+		n = cfg.IPNumber
+	}
+	for _, en := range entries {
+		e.planEntry(p, &cfg, n, en, desired, why)
+	}
+	return p
+}
+
+// size returns the number of addresses app's pools should have, and how
+// that was worked out.
+func (e *autoPoolEngine) size(app *Application, cfg *AutoPoolConfig) (int, string, error) {
+	n := e.def
+	if cfg.HasIPNumber {
+		n = cfg.IPNumber
+	}
+	count, known := app.PodCount()
+	fail := func(reason string, sentinel error) (int, string, error) {
+		return 0, "", &AutoPoolError{App: app.AppRef, Reason: reason, Err: sentinel}
+	}
+	if !app.IsNative() {
+		switch {
+		case !cfg.HasIPNumber:
+			return fail(fmt.Sprintf("annotation %s is required for a third-party controller (%s/%s/%s only supports a fixed auto-created pool size): set a number such as \"5\"",
+				AnnotationIPNumber, app.Kind, app.Namespace, app.Name), ErrInvalid)
+		case n.Relative && !known:
+			// Spiderpool reads "+N" as N for third-party controllers, whose
+			// replicas it cannot read; here "+N" needs the count.
+			return fail(fmt.Sprintf("annotation %s %q counts on the pod count of a third-party controller, which is unknown (no replica count from its scale subresource): set a fixed number instead",
+				AnnotationIPNumber, n.String()), ErrInvalid)
+		}
+	}
+	size := n.Size(count)
+	var why string
+	if n.Relative {
+		why = fmt.Sprintf("%d addresses for %d pods and %s %q", size, count, AnnotationIPNumber, n.String())
+	} else {
+		why = fmt.Sprintf("%d addresses by %s %q", size, AnnotationIPNumber, n.String())
+	}
+	if !cfg.HasIPNumber {
+		why += " (the default)"
+	}
+	return size, why, nil
+}
+
+// entries resolves the pools app asks for, or returns every problem with
+// them.
+func (e *autoPoolEngine) entries(app *Application, cfg *AutoPoolConfig, desired int) ([]autoPoolEntry, []error) {
+	var out []autoPoolEntry
+	var errs []error
+	a := annotationParser{key: cfg.Key, value: app.Annotations[cfg.Key]}
+	for i, sa := range cfg.Subnets {
+		path := ""
+		if cfg.Key == AnnotationSubnets {
+			path = jsonIndex(i) + "."
+		}
+		for _, f := range [...]struct {
+			fam   int
+			names []string
+		}{{4, sa.IPv4}, {6, sa.IPv6}} {
+			if len(f.names) == 0 {
+				continue
+			}
+			name := f.names[0]
+			field := fmt.Sprintf("%sipv%d[0] %q", path, f.fam, name)
+			s, ok := e.w.Subnet(name)
+			switch {
+			case !ok:
+				ae := a.newError(field+": no SpiderSubnet of that name", ErrNotFound)
+				errs = append(errs, ae)
+				continue
+			case s.Family() != f.fam:
+				errs = append(errs, a.newError(fmt.Sprintf("%s: an IPv%d subnet, named for IPv%d", field, s.Family(), f.fam), ErrInvalid))
+				continue
+			case s.Terminating:
+				errs = append(errs, a.newError(field+": the subnet is being deleted", ErrNotFound))
+				continue
+			}
+			if total := setSize(s.Usable()); int64(desired) > total {
+				errs = append(errs, &AutoPoolError{App: app.AppRef, Interface: sa.Interface, Family: f.fam, Subnet: s.Name, Err: ErrInvalid,
+					Reason: fmt.Sprintf("a pool of %d addresses cannot fit: the subnet has %d in all (totalIPCount); lower %s %q or widen the subnet's ips",
+						desired, total, AnnotationIPNumber, annotationValueOr(app.Annotations, AnnotationIPNumber, e.def.String()))})
+				continue
+			}
+			out = append(out, autoPoolEntry{iface: sa.Interface, family: f.fam, subnet: s})
+		}
+	}
+	for _, err := range errs {
+		setAnnotationObject(err, "pod template of "+app.AppRef.String())
+	}
+	return out, errs
+}
+
+func annotationValueOr(m map[string]string, key, def string) string {
+	if v, ok := m[key]; ok {
+		return v
+	}
+	return def + " (the default)"
+}
+
+// planEntry decides app's pool for one interface and family.
+func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, en autoPoolEntry, desired int, why string) {
+	app := p.app
+	d := AutoPoolDecision{App: app.AppRef, Interface: en.iface, Family: en.family, Subnet: en.subnet.Name, Desired: desired}
+	aerr := func(reason string) *AutoPoolError {
+		return &AutoPoolError{App: app.AppRef, Interface: en.iface, Family: en.family, Subnet: en.subnet.Name, Pool: d.PoolName(), Reason: reason}
+	}
+	var cur *AutoPool
+	for _, a := range e.w.AutoPoolsOf(app.UID) {
+		if a.Interface == en.iface && a.Family() == en.family {
+			cur = a
+		}
+	}
+	if cur != nil && cur.Subnet != en.subnet.Name {
+		d.Pool = cur
+		p.owned = append(p.owned, cur)
+		err := aerr(fmt.Sprintf("the pod template now names subnet %q, but the application's pool %q is from subnet %q: a running application's subnet does not change (Spiderpool ignores the change too); delete and re-create the application to move it",
+			en.subnet.Name, cur.Name(), cur.Subnet))
+		err.Err = ErrNotSupported
+		p.fail(d, err)
+		return
+	}
+	reused := ""
+	if cur == nil {
+		for _, k := range e.w.KeptAutoPools(app.AppRef, en.iface, en.family, en.subnet.Name) {
+			if !e.claimed[k] {
+				cur = k
+				e.claimed[k] = true
+				reused = fmt.Sprintf("reuses the pool kept from %s (uid %s, ippool-reclaim false); ", k.App.String(), k.App.UID)
+				break
+			}
+		}
+	}
+	if cur == nil {
+		name, err := AutoPoolName(en.family, app.AppRef, en.iface)
+		if err != nil {
+			p.fail(d, err)
+			return
+		}
+		if e.w.PoolExists(name) {
+			e := aerr(fmt.Sprintf("a pool named %q exists and is not this application's (one being deleted, perhaps): waits until it is gone", name))
+			e.Pool = name
+			p.wait(d, e)
+			return
+		}
+		d.Action = AutoPoolCreate
+		d.Pool = newAutoPool(name, en.subnet, app.AppRef, en.iface, cfg, n, nil)
+		d.Message = why
+		p.takes = append(p.takes, len(p.decisions))
+		p.decisions = append(p.decisions, d)
+		return
+	}
+	p.owned = append(p.owned, cur)
+	next := *cur
+	next.App, next.Reclaim, next.IPNumber = app.AppRef, cfg.Reclaim, n
+	d.Pool = &next
+	size := cur.Size()
+	switch {
+	case desired > size:
+		d.Action, d.Message = AutoPoolGrow, reused+why
+		if p.was == nil {
+			p.was = make(map[int]*AutoPool)
+		}
+		p.was[len(p.decisions)] = cur
+		p.takes = append(p.takes, len(p.decisions))
+	case desired < size:
+		used, err := e.w.UsedAddresses(cur)
+		if err != nil {
+			d.Pool = cur
+			ae := aerr("reading which addresses pods hold: " + err.Error())
+			p.wait(d, ae)
+			return
+		}
+		var b netipx.IPSetBuilder
+		b.AddSet(cur.Pool.usable(nil))
+		b.RemoveSet(used)
+		idle, _ := b.IPSet()
+		excess := size - desired
+		if n := setSize(idle); n < int64(excess) {
+			d.Pool = cur
+			p.wait(d, aerr(fmt.Sprintf("shrinking from %d to %d addresses (%s) gives back %d, but pods hold %d of the %d, so only %d are free: waits for pods to release theirs",
+				size, desired, why, excess, size-int(n), size, n)))
+			return
+		}
+		removed, _ := takeLowest(idle, excess)
+		var nb netipx.IPSetBuilder
+		nb.AddSet(cur.Pool.usable(nil))
+		nb.RemoveSet(removed)
+		d.Pool = withIPs(&next, &nb)
+		d.Action, d.Removed, d.Message = AutoPoolShrink, removed.Ranges(), reused+why
+	case reused != "" || cur.App.UID != app.UID || cur.Reclaim != cfg.Reclaim || cur.IPNumber != n:
+		d.Action, d.Message = AutoPoolUpdate, reused+why+"; labels refreshed"
+	default:
+		d.Action, d.Message = AutoPoolKeep, why
+		d.Pool = cur
+	}
+	p.decisions = append(p.decisions, d)
+}
+
+// withIPs returns a copy of a whose pool has the addresses of b.
+func withIPs(a *AutoPool, b *netipx.IPSetBuilder) *AutoPool {
+	set, _ := b.IPSet()
+	q := *a.Pool
+	q.IPs = set.Ranges()
+	q.ExcludeIPs = nil
+	c := *a
+	c.Pool = &q
+	return &c
+}
+
+// release gives the addresses a decision removes back to its subnet's free
+// set, except reserved ones.
+func (e *autoPoolEngine) release(d *AutoPoolDecision) {
+	if len(d.Removed) == 0 {
+		return
+	}
+	s, ok := e.w.Subnet(d.Subnet)
+	if !ok {
+		return
+	}
+	var back netipx.IPSetBuilder
+	for _, r := range d.Removed {
+		back.AddRange(r)
+	}
+	back.Intersect(s.Usable())
+	if r := e.w.Reserved(s.Family()); r != nil {
+		back.RemoveSet(r)
+	}
+	back.AddSet(e.freeSet(s))
+	e.free[s.Name], _ = back.IPSet()
+}
+
+// take gives the creates and grows of p the lowest free addresses of their
+// subnets, all or none: if one cannot get enough, every one of them waits and
+// takes nothing.
+func (e *autoPoolEngine) take(p *appPlan) {
+	if len(p.takes) == 0 {
+		return
+	}
+	saved := make(map[string]*netipx.IPSet)
+	for _, i := range p.takes {
+		d := &p.decisions[i]
+		s, _ := e.w.Subnet(d.Subnet)
+		free := e.freeSet(s)
+		if _, ok := saved[s.Name]; !ok {
+			saved[s.Name] = free
+		}
+		have := 0
+		if d.Action == AutoPoolGrow {
+			have = d.Pool.Size()
+		}
+		need := d.Desired - have
+		taken, rest := takeLowest(free, need)
+		if got := setSize(taken); got < int64(need) {
+			for name, f := range saved {
+				e.free[name] = f
+			}
+			e.holdBack(p, i, fmt.Sprintf("insufficient free addresses: %d wanted, %d left (Spiderpool: insufficient subnet FreeIPs, required '%d' but only left '%d'); retried when addresses are given back",
+				need, got, need, got))
+			return
+		}
+		e.free[s.Name] = rest
+		var b netipx.IPSetBuilder
+		b.AddSet(d.Pool.Pool.usable(nil))
+		b.AddSet(taken)
+		d.Pool = withIPs(d.Pool, &b)
+		d.Added = taken.Ranges()
+	}
+}
+
+// holdBack turns every create and grow of p into a wait: the one at index
+// failed for reason, the others because of it.
+func (e *autoPoolEngine) holdBack(p *appPlan, failed int, reason string) {
+	f := &p.decisions[failed]
+	for _, i := range p.takes {
+		d := &p.decisions[i]
+		r := reason
+		if i != failed {
+			r = fmt.Sprintf("held back with the application's pool for %s IPv%d (subnet %q): %s", f.Interface, f.Family, f.Subnet, reason)
+		}
+		err := &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: d.PoolName(), Reason: r, Err: ErrNotReady}
+		d.Pool = p.was[i] // nil for a create
+		d.Action, d.Err, d.Message, d.Added = AutoPoolWait, err, r, nil
+	}
+}
+
+// reclaim decides about auto-pool a, which no application accounts for.
+func (e *autoPoolEngine) reclaim(a *AutoPool) AutoPoolDecision {
+	d := AutoPoolDecision{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a}
+	if !a.Reclaim {
+		d.Action = AutoPoolKeep
+		d.Message = fmt.Sprintf("%s (uid %s) is gone or no longer asks for it, and ippool-reclaim is false: the pool keeps its addresses for the next %s of that namespace and name",
+			a.App.String(), a.App.UID, a.App.Kind)
+		return d
+	}
+	used, err := e.w.UsedAddresses(a)
+	if err != nil {
+		d.Action, d.Err = AutoPoolWait, &AutoPoolError{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a.Name(),
+			Reason: "reading which addresses pods hold: " + err.Error(), Err: ErrNotReady}
+		d.Message = d.Err.Error()
+		return d
+	}
+	var b netipx.IPSetBuilder
+	b.AddSet(used)
+	b.Intersect(a.Pool.usable(nil))
+	held, _ := b.IPSet()
+	if n := setSize(held); n > 0 {
+		msg := fmt.Sprintf("%s (uid %s) is gone or no longer asks for it, and ippool-reclaim is true, but pods hold %d of its addresses: no new allocation from it; deleted once they are released",
+			a.App.String(), a.App.UID, n)
+		if a.Pool.Terminating {
+			d.Action, d.Message = AutoPoolWait, msg
+			d.Err = &AutoPoolError{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a.Name(), Reason: msg, Err: ErrNotReady}
+			return d
+		}
+		q := *a.Pool
+		q.Terminating = true
+		t := *a
+		t.Pool = &q
+		d.Action, d.Pool, d.Message = AutoPoolTerminate, &t, msg
+		return d
+	}
+	d.Action = AutoPoolDelete
+	d.Removed = a.Pool.usable(nil).Ranges()
+	d.Message = fmt.Sprintf("%s (uid %s) is gone or no longer asks for it, and ippool-reclaim is true: its %d addresses go back to the subnet",
+		a.App.String(), a.App.UID, a.Size())
+	return d
+}
+
+// takeLowest returns the lowest n addresses of set (fewer if it has fewer),
+// and the rest.
+func takeLowest(set *netipx.IPSet, n int) (taken, rest *netipx.IPSet) {
+	var tb, rb netipx.IPSetBuilder
+	rb.AddSet(set)
+	left := uint64(max(n, 0))
+	for _, r := range set.Ranges() {
+		if left == 0 {
+			break
+		}
+		span := rangeSpan(r.From(), r.To())
+		to := r.To()
+		if span.hi == 0 && span.lo < left { // the whole range
+			left -= span.lo + 1
+		} else {
+			to = u128From(r.From()).add(u128{0, left - 1}).addr(r.From().Is4())
+			left = 0
+		}
+		tb.AddRange(netipx.IPRangeFrom(r.From(), to))
+		rb.RemoveRange(netipx.IPRangeFrom(r.From(), to))
+	}
+	taken, _ = tb.IPSet()
+	rest, _ = rb.IPSet()
+	return taken, rest
+}

@@ -1,0 +1,415 @@
+package ipam_test
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/store"
+)
+
+func TestAutoPoolName(t *testing.T) {
+	app := func(name, uid string) ipam.AppRef {
+		return ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: name, UID: uid}
+	}
+	for _, tc := range []struct {
+		fam          int
+		app          ipam.AppRef
+		iface, want  string
+		errorHas     string
+		wantMaxBytes int
+	}{
+		{4, app("test-app-1", ssUID), "eth0", "auto4-test-app-1-eth0-a5bd3", "", 0},
+		{6, app("Web.API", "ABCDEF-12"), "Net1", "auto6-web.api-net1-12", "", 0},
+		{4, app("x", "nodash"), "eth0", "auto4-x-eth0-nodas", "", 0},
+		// The cut lands on a dot and a dash, which are dropped.
+		{4, app(strings.Repeat("a", 234)+".-bbbb", ssUID), "eth0", "auto4-" + strings.Repeat("a", 234) + "-eth0-a5bd3", "", 0},
+		{4, app("web", ssUID), "net_1", "", `name "auto4-web-net_1-a5bd3": not a valid pool name`, 0},
+		{4, app("web", ssUID), strings.Repeat("e", 250), "", "not a valid pool name", 0},
+	} {
+		got, err := ipam.AutoPoolName(tc.fam, tc.app, tc.iface)
+		if tc.errorHas != "" {
+			require.ErrorIs(t, err, ipam.ErrInvalid)
+			require.ErrorContains(t, err, tc.errorHas)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, tc.want, got)
+		require.LessOrEqual(t, len(got), 253)
+	}
+}
+
+func TestApplicationPodCount(t *testing.T) {
+	for _, tc := range []struct {
+		app   ipam.Application
+		n     int
+		known bool
+	}{
+		{ssApp("Deployment", "d", "u", 4, nil), 4, true},
+		{ssApp("ReplicaSet", "d", "u", 0, nil), 0, true},
+		{ssApp("StatefulSet", "d", "u", 7, nil), 7, true},
+		{ipam.Application{AppRef: ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment"}}, 1, true}, // unset: the API server's default
+		{ssApp("DaemonSet", "d", "u", 3, nil), 3, true},
+		{ssApp("Job", "d", "u", 0, nil), 1, true}, // completions 0 counts as 1
+		{ipam.Application{AppRef: ipam.AppRef{APIVersion: "batch/v1", Kind: "Job"}, Parallelism: intp(5)}, 5, true},
+		{ipam.Application{AppRef: ipam.AppRef{APIVersion: "batch/v1", Kind: "CronJob"}, Completions: intp(2), Parallelism: intp(5)}, 2, true},
+		{ipam.Application{AppRef: ipam.AppRef{APIVersion: "batch/v1", Kind: "CronJob"}}, 1, true},
+		{ipam.Application{AppRef: ipam.AppRef{APIVersion: "batch/v1", Kind: "Job"}, Parallelism: intp(0)}, 1, true},
+		{ssApp("apps.kruise.io/v1alpha1/CloneSet", "c", "u", -1, nil), 0, false},
+		{ssApp("apps.kruise.io/v1alpha1/CloneSet", "c", "u", 6, nil), 6, true},
+		// A kind in the wrong group is a third-party controller.
+		{ipam.Application{AppRef: ipam.AppRef{APIVersion: "batch/v1", Kind: "Deployment"}}, 0, false},
+	} {
+		n, known := tc.app.PodCount()
+		require.Equal(t, tc.n, n, tc.app.AppRef)
+		require.Equal(t, tc.known, known, tc.app.AppRef)
+	}
+	err := (&ipam.Application{AppRef: ipam.AppRef{Kind: "Deployment", Name: "d"}, Replicas: intp(-1)}).Validate()
+	for _, want := range []string{"application Deployment /d: apiVersion: required", "uid: required", `replicas "-1": negative`} {
+		require.ErrorContains(t, err, want)
+	}
+}
+
+func TestAppRef(t *testing.T) {
+	core := ipam.AppRef{APIVersion: "v1", Kind: "ReplicationController", Namespace: "ns", Name: "rc"}
+	require.Equal(t, "", core.Group())
+	require.Equal(t, "v1", core.Version())
+	require.False(t, core.IsNative())
+	require.Equal(t, "no application", ipam.AppRef{}.String())
+	// Long values become valid, distinct label values.
+	a := ipam.AppLabels(ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Name: strings.Repeat("x", 100) + "1"})
+	b := ipam.AppLabels(ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Name: strings.Repeat("x", 100) + "2"})
+	require.Len(t, a[ipam.LabelAppName], 63)
+	require.NotEqual(t, a[ipam.LabelAppName], b[ipam.LabelAppName])
+	_, err := ipam.ParseLabelSelector([]byte(`{"matchLabels":{"k":"` + a[ipam.LabelAppName] + `"}}`))
+	require.NoError(t, err)
+}
+
+func TestParseAutoPoolConfig(t *testing.T) {
+	cfg, ok, err := ipam.ParseAutoPoolConfig(ssAnn(
+		ipam.AnnotationSubnets, `[{"interface":"eth0","ipv4":["a"],"ipv6":["a6"]}]`,
+		ipam.AnnotationSubnet, `not even json`, // subnets wins; subnet is not read
+		ipam.AnnotationIPNumber, "3",
+		ipam.AnnotationReclaim, "0"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, ipam.AutoPoolConfig{Key: ipam.AnnotationSubnets, Subnets: []ipam.SubnetAnnotation{{Interface: "eth0", IPv4: []string{"a"}, IPv6: []string{"a6"}}},
+		IPNumber: ipam.IPNumber{N: 3}, HasIPNumber: true, Reclaim: false}, cfg)
+	_, ok, err = ipam.ParseAutoPoolConfig(ssAnn(ipam.AnnotationIPPool, `{"ipv4":["p"]}`, ipam.AnnotationIPNumber, "bad"))
+	require.False(t, ok, "no subnet annotation: nothing asked, the rest is not read")
+	require.NoError(t, err)
+	// Every problem at once.
+	_, ok, err = ipam.ParseAutoPoolConfig(ssAnn(ipam.AnnotationSubnet, `{"ipv4":["*"]}`, ipam.AnnotationIPNumber, "++1", ipam.AnnotationReclaim, "maybe"))
+	require.True(t, ok)
+	require.Len(t, joined(err), 3)
+	for _, want := range []string{
+		`annotation "ipam.spidernet.io/subnet"`, `cannot be wildcards`,
+		`annotation "ipam.spidernet.io/ippool-ip-number" "++1": invalid input`,
+		`annotation "ipam.spidernet.io/ippool-reclaim" "maybe": invalid input: want "true" or "false"`,
+	} {
+		require.ErrorContains(t, err, want)
+	}
+}
+
+func TestIPNumberText(t *testing.T) {
+	for _, s := range []string{"0", "+0", "12", "+3"} {
+		var n ipam.IPNumber
+		require.NoError(t, n.UnmarshalText([]byte(s)))
+		b, err := n.MarshalText()
+		require.NoError(t, err)
+		require.Equal(t, s, string(b))
+	}
+	var n ipam.IPNumber
+	require.ErrorIs(t, n.UnmarshalText([]byte("x")), ipam.ErrInvalid)
+	require.Equal(t, 7, ipam.IPNumber{N: 2, Relative: true}.Size(5))
+	require.Equal(t, 2, ipam.IPNumber{N: 2}.Size(5))
+}
+
+func TestParseAutoPool(t *testing.T) {
+	app := ssApp("apps.kruise.io/v1alpha1/CloneSet", "c", ssUID, 3, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "+1"))
+	d := ssOnly(t, ssDecide(t, []ipam.Application{app}, []*ipam.Subnet{ssSubnet6()}, nil, nil, nil))
+	back, ok, err := ipam.ParseAutoPool(d.Pool.Pool, d.Pool.Labels(), d.Pool.Annotations())
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, d.Pool, back)
+	// A pool written by hand is not an auto-pool.
+	_, ok, err = ipam.ParseAutoPool(d.Pool.Pool, map[string]string{ipam.LabelOwnerSubnet: "subnet-6"}, nil)
+	require.False(t, ok)
+	require.NoError(t, err)
+	// Broken labels: every problem at once.
+	labels := d.Pool.Labels()
+	delete(labels, ipam.LabelOwnerAppUID)
+	labels[ipam.LabelReclaim] = "perhaps"
+	labels[ipam.LabelIPVersion] = "IPv6"
+	_, ok, err = ipam.ParseAutoPool(d.Pool.Pool, labels, map[string]string{ipam.AnnotationIPNumber: "x"})
+	require.True(t, ok)
+	for _, want := range []string{
+		"metadata.labels.ipam.spidernet.io/owner-application-uid: required on an auto-pool",
+		`metadata.labels.ipam.spidernet.io/ippool-reclaim "perhaps"`,
+		`metadata.labels.ipam.spidernet.io/ip-version "IPv6": does not match the pool's IP family IPv4`,
+		`metadata.annotations.ipam.spidernet.io/ippool-ip-number "x": invalid input`,
+	} {
+		require.ErrorContains(t, err, want)
+	}
+	// Without the size annotation, the pool's size is a fixed number.
+	back, _, err = ipam.ParseAutoPool(d.Pool.Pool, d.Pool.Labels(), nil)
+	require.NoError(t, err)
+	require.Equal(t, ipam.IPNumber{N: 4}, back.IPNumber)
+}
+
+// decideOne runs DecideAutoPools for the apps against the subnets and
+// returns the decisions by pool name or, for decisions without a pool, by
+// "<app name> <interface>".
+func decideMap(t *testing.T, apps []ipam.Application, subnets []*ipam.Subnet, pools []*ipam.Pool, auto []*ipam.AutoPool, claims []store.Claim) map[string]ipam.AutoPoolDecision {
+	t.Helper()
+	out := map[string]ipam.AutoPoolDecision{}
+	for _, d := range ssDecide(t, apps, subnets, pools, auto, claims) {
+		k := d.PoolName()
+		if k == "" {
+			k = d.App.Name + " " + d.Interface
+		}
+		require.NotContains(t, out, k, "one decision per pool")
+		out[k] = d
+	}
+	return out
+}
+
+func TestDecideAutoPoolsAllOrNothing(t *testing.T) {
+	// subnet-7 has 2 free addresses; the application needs 3 on each
+	// interface: neither pool is created.
+	small := ipam.MustParseSubnet(`{"name":"subnet-7","subnet":"10.7.0.0/16","ips":["10.7.0.10-10.7.0.14"]}`)
+	taken := ipam.MustParsePool(`{"name":"manual7","subnet":"10.7.0.0/16","ips":["10.7.0.10-10.7.0.12"]}`)
+	app := ssApp("Deployment", "two", "u-two-22222", 2, ssAnn(ipam.AnnotationSubnets,
+		`[{"interface":"eth0","ipv4":["subnet-6"]},{"interface":"net1","ipv4":["subnet-7"]}]`))
+	ds := ssDecide(t, []ipam.Application{app}, []*ipam.Subnet{ssSubnet6(), small}, []*ipam.Pool{taken}, nil, nil)
+	require.Len(t, ds, 2)
+	for _, d := range ds {
+		require.Equal(t, ipam.AutoPoolWait, d.Action)
+		require.Nil(t, d.Pool, "nothing created")
+		require.Empty(t, d.Added)
+		require.ErrorIs(t, d.Err, ipam.ErrNotReady)
+		var ae *ipam.AutoPoolError
+		require.ErrorAs(t, d.Err, &ae)
+		require.Equal(t, d.Interface, ae.Interface)
+	}
+	require.Contains(t, ds[0].Message, `held back with the application's pool for net1 IPv4 (subnet "subnet-7")`)
+	require.Contains(t, ds[1].Message, "3 wanted, 2 left")
+}
+
+func TestDecideAutoPoolsBadInput(t *testing.T) {
+	v6 := ipam.MustParseSubnet(`{"name":"v6","subnet":"fd00::/64","ips":["fd00::10-fd00::20"]}`)
+	gone := ipam.MustParseSubnet(`{"name":"gone","subnet":"10.9.0.0/16","ips":["10.9.0.10-10.9.0.20"],"terminating":true}`)
+	subnets := []*ipam.Subnet{ssSubnet6(), ssSubnet7(), v6, gone}
+	for _, tc := range []struct {
+		name string
+		app  ipam.Application
+		want []string
+		is   error
+	}{
+		{"unknown subnet and a subnet of the other family, at once",
+			ssApp("Deployment", "web", ssUID, 2, ssAnn(ipam.AnnotationSubnets, `[{"interface":"eth0","ipv4":["nope"]},{"interface":"net1","ipv4":["v6"]}]`)),
+			[]string{
+				`pod template of Deployment default/web: annotation "ipam.spidernet.io/subnets"`,
+				`[0].ipv4[0] "nope": no SpiderSubnet of that name`,
+				`[1].ipv4[0] "v6": an IPv6 subnet, named for IPv4`,
+			}, ipam.ErrInvalid},
+		{"a subnet being deleted",
+			ssApp("Deployment", "web", ssUID, 2, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["gone"]}`)),
+			[]string{`ipv4[0] "gone": the subnet is being deleted`}, ipam.ErrNotFound},
+		{"two interfaces on one subnet",
+			ssApp("Deployment", "web", ssUID, 2, ssAnn(ipam.AnnotationSubnets, `[{"interface":"eth0","ipv4":["subnet-6"]},{"interface":"net1","ipv4":["subnet-6"]}]`)),
+			[]string{`[1].ipv4[0] "subnet-6": subnet used by two interfaces (also at [0])`}, ipam.ErrInvalid},
+		{"a subnet too small",
+			ssApp("Deployment", "web", ssUID, 20, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`)),
+			[]string{`Deployment default/web eth0 IPv4: subnet "subnet-6": a pool of 21 addresses cannot fit: the subnet has 10 in all (totalIPCount); lower ipam.spidernet.io/ippool-ip-number "+1 (the default)"`},
+			ipam.ErrInvalid},
+		{"a malformed ippool-ip-number",
+			ssApp("Deployment", "web", ssUID, 2, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "+x")),
+			[]string{`annotation "ipam.spidernet.io/ippool-ip-number" "+x": invalid input`}, ipam.ErrInvalid},
+		{"an unnamed application",
+			ssApp("Deployment", "web", "", 2, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`)),
+			[]string{"application Deployment default/web: uid: required"}, ipam.ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ds := ssDecide(t, []ipam.Application{tc.app}, subnets, nil, nil, nil)
+			require.NotEmpty(t, ds)
+			var msgs []string
+			found := false
+			for _, d := range ds {
+				require.Equal(t, ipam.AutoPoolFail, d.Action)
+				require.Nil(t, d.Pool)
+				found = found || errors.Is(d.Err, tc.is)
+				msgs = append(msgs, d.Err.Error())
+			}
+			require.Truef(t, found, "no error wraps %v", tc.is)
+			all := strings.Join(msgs, "\n")
+			for _, w := range tc.want {
+				require.Contains(t, all, w)
+			}
+		})
+	}
+}
+
+func TestDecideAutoPoolsReclaim(t *testing.T) {
+	s6 := ssSubnet6()
+	mk := func(name, uid string, n int, reclaim string) *ipam.AutoPool {
+		app := ssApp("Deployment", name, uid, n, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "+0", ipam.AnnotationReclaim, reclaim))
+		return ssOnly(t, ssDecide(t, []ipam.Application{app}, []*ipam.Subnet{s6}, nil, nil, nil)).Pool
+	}
+	empty := mk("empty", "u-aaaa-aaaaa", 1, "true")
+	used := mk("used", "u-bbbb-bbbbb", 1, "true")
+	used.Pool.IPs = mustRanges("10.6.168.102")
+	kept := mk("kept", "u-cccc-ccccc", 1, "false")
+	kept.Pool.IPs = mustRanges("10.6.168.103")
+	dying := mk("dying", "u-dddd-ddddd", 1, "true")
+	dying.Pool.IPs = mustRanges("10.6.168.104")
+	dying.Pool.Terminating = true
+	claims := []store.Claim{
+		{Pool: used.Name(), IP: netip.MustParseAddr("10.6.168.102"), Owner: store.Owner{UID: "p1"}},
+		{Pool: dying.Name(), IP: netip.MustParseAddr("10.6.168.104"), Owner: store.Owner{UID: "p2"}},
+	}
+	// A new application takes the addresses the deleted pool gives back.
+	newcomer := ssApp("Deployment", "new", "u-eeee-eeeee", 6, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "+0"))
+	ds := decideMap(t, []ipam.Application{newcomer}, []*ipam.Subnet{s6}, nil, []*ipam.AutoPool{empty, used, kept, dying}, claims)
+	require.Equal(t, ipam.AutoPoolDelete, ds[empty.Name()].Action)
+	require.Equal(t, []string{"10.6.168.101"}, formatRanges(ds[empty.Name()].Removed))
+	require.Equal(t, ipam.AutoPoolTerminate, ds[used.Name()].Action)
+	require.True(t, ds[used.Name()].Pool.Pool.Terminating)
+	require.False(t, used.Pool.Terminating, "inputs are not changed")
+	require.Equal(t, ipam.AutoPoolKeep, ds[kept.Name()].Action)
+	require.Contains(t, ds[kept.Name()].Message, "ippool-reclaim is false")
+	require.Equal(t, ipam.AutoPoolWait, ds[dying.Name()].Action)
+	require.ErrorIs(t, ds[dying.Name()].Err, ipam.ErrNotReady)
+	d := ds["auto4-new-eth0-eeeee"]
+	require.Equal(t, ipam.AutoPoolCreate, d.Action)
+	require.Equal(t, []string{"10.6.168.101", "10.6.168.105-10.6.168.109"}, ssIPs(d.Pool))
+}
+
+func TestDecideAutoPoolsChanges(t *testing.T) {
+	s6, s7 := ssSubnet6(), ssSubnet7()
+	base := ssApp("Deployment", "web", ssUID, 2, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+	pool := ssOnly(t, ssDecide(t, []ipam.Application{base}, []*ipam.Subnet{s6, s7}, nil, nil, nil)).Pool
+	subnets := []*ipam.Subnet{s6, s7}
+
+	// Same size, reclaim changed: the labels are refreshed.
+	app := base
+	app.Annotations = ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationReclaim, "false")
+	d := ssOnly(t, ssDecide(t, []ipam.Application{app}, subnets, nil, []*ipam.AutoPool{pool}, nil))
+	require.Equal(t, ipam.AutoPoolUpdate, d.Action)
+	require.Equal(t, "false", d.Pool.Labels()[ipam.LabelReclaim])
+
+	// Nothing changed.
+	require.Equal(t, ipam.AutoPoolKeep, ssOnly(t, ssDecide(t, []ipam.Application{base}, subnets, nil, []*ipam.AutoPool{pool}, nil)).Action)
+
+	// The subnet changed: the pool stays, the change is refused.
+	app = base
+	app.Annotations = ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-7"]}`)
+	d = ssOnly(t, ssDecide(t, []ipam.Application{app}, subnets, nil, []*ipam.AutoPool{pool}, nil))
+	require.Equal(t, ipam.AutoPoolFail, d.Action)
+	require.ErrorIs(t, d.Err, ipam.ErrNotSupported)
+	require.ErrorContains(t, d.Err, `the pod template now names subnet "subnet-7", but the application's pool "auto4-web-eth0-a5bd3" is from subnet "subnet-6"`)
+	require.Equal(t, pool, d.Pool)
+
+	// The annotation is gone: the pool is reclaimed.
+	app = base
+	app.Annotations = nil
+	d = ssOnly(t, ssDecide(t, []ipam.Application{app}, subnets, nil, []*ipam.AutoPool{pool}, nil))
+	require.Equal(t, ipam.AutoPoolDelete, d.Action)
+
+	// A broken annotation keeps the pool: it is not reclaimed for a typo.
+	app.Annotations = ssAnn(ipam.AnnotationSubnet, `{`)
+	d = ssOnly(t, ssDecide(t, []ipam.Application{app}, subnets, nil, []*ipam.AutoPool{pool}, nil))
+	require.Equal(t, ipam.AutoPoolFail, d.Action)
+
+	// Dual stack: one pool per family.
+	v6 := ipam.MustParseSubnet(`{"name":"v6","subnet":"fd00::/64","ips":["fd00::10-fd00::20"]}`)
+	app.Annotations = ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"],"ipv6":["v6"]}`)
+	ds := ssDecide(t, []ipam.Application{app}, []*ipam.Subnet{s6, v6}, nil, nil, nil)
+	require.Len(t, ds, 2)
+	require.Equal(t, "auto4-web-eth0-a5bd3", ds[0].PoolName())
+	require.Equal(t, []string{"fd00::10-fd00::12"}, ssIPs(ds[1].Pool))
+
+	// The same application twice.
+	ds = ssDecide(t, []ipam.Application{base, base}, subnets, nil, nil, nil)
+	require.Equal(t, ipam.AutoPoolCreate, ds[0].Action)
+	require.Equal(t, ipam.AutoPoolFail, ds[1].Action)
+	require.ErrorContains(t, ds[1].Err, "listed twice")
+
+	// A pool of that name that is not the application's.
+	squatter := ipam.MustParsePool(`{"name":"auto4-web-eth0-a5bd3","subnet":"10.6.0.0/16","ips":["10.6.168.110"]}`)
+	d = ssOnly(t, ssDecide(t, []ipam.Application{base}, subnets, []*ipam.Pool{squatter}, nil, nil))
+	require.Equal(t, ipam.AutoPoolWait, d.Action)
+	require.ErrorContains(t, d.Err, `a pool named "auto4-web-eth0-a5bd3" exists and is not this application's`)
+}
+
+func TestDecideAutoPoolsReserved(t *testing.T) {
+	snap, err := ipam.NewAutoPoolSnapshot([]*ipam.Subnet{ssSubnet6()}, nil, nil,
+		[]*ipam.ReservedIP{{Name: "r", IPs: mustRanges("10.6.168.101-10.6.168.102")}, {Name: "t", IPs: mustRanges("10.6.168.103"), Terminating: true}}, nil)
+	require.NoError(t, err)
+	app := ssApp("Deployment", "web", ssUID, 2, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+	d := ssOnly(t, ipam.DecideAutoPools([]ipam.Application{app}, snap, ipam.AutoPoolOptions{DefaultIPNumber: "+2"}))
+	require.Equal(t, []string{"10.6.168.103-10.6.168.106"}, ssIPs(d.Pool), "reserved addresses skipped; a terminating reservation reserves nothing")
+}
+
+func TestNewAutoPoolSnapshotErrors(t *testing.T) {
+	app := ssApp("Deployment", "web", ssUID, 2, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+	pool := ssOnly(t, ssDecide(t, []ipam.Application{app}, []*ipam.Subnet{ssSubnet6()}, nil, nil, nil)).Pool
+	orphan := *pool
+	orphan.Subnet = "nope"
+	orphan.Interface = ""
+	_, err := ipam.NewAutoPoolSnapshot([]*ipam.Subnet{ssSubnet6()}, []*ipam.Pool{ipam.MustParsePool(`{"name":"clash","subnet":"10.6.0.0/16","ips":["10.6.168.101"]}`)},
+		[]*ipam.AutoPool{&orphan, nil}, []*ipam.ReservedIP{nil}, nil)
+	for _, want := range []string{
+		`ips "10.6.168.101-10.6.168.101": overlaps the addresses of pool "clash"`,
+		`metadata.labels.ipam.spidernet.io/owner-spider-subnet "nope": no such subnet`,
+		`metadata.labels.ipam.spidernet.io/interface: required`,
+		`autoPools[1]: nil auto-pool`,
+		`reserved[0]: nil reservedIP`,
+	} {
+		require.ErrorContains(t, err, want)
+	}
+}
+
+func TestApplicationValidateLabels(t *testing.T) {
+	app := ipam.Application{AppRef: ipam.AppRef{APIVersion: "apps/v1", Kind: " ", Namespace: "default", Name: "-web", UID: "u"}}
+	err := app.Validate()
+	require.ErrorContains(t, err, `kind " ": cannot be written in a label`)
+	require.ErrorContains(t, err, `name "-web": cannot be written in a label`)
+	app = ipam.Application{AppRef: ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: strings.Repeat("n", 200), UID: strings.Repeat("u", 64)}}
+	err = app.Validate()
+	require.ErrorContains(t, err, `uid "uuuu`)
+	require.NotContains(t, err.Error(), "name")
+}
+
+func TestDecideApplication(t *testing.T) {
+	s6, s7 := ssSubnet6(), ssSubnet7()
+	two := ssApp("Deployment", "two", "u-two-22222", 1, ssAnn(ipam.AnnotationSubnets,
+		`[{"interface":"eth0","ipv4":["subnet-6"]},{"interface":"net1","ipv4":["subnet-7"]}]`))
+	other := ssApp("Deployment", "other", "u-oth-33333", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+	var pools []*ipam.AutoPool
+	for _, d := range ssDecide(t, []ipam.Application{two, other}, []*ipam.Subnet{s6, s7}, nil, nil, nil) {
+		pools = append(pools, d.Pool)
+	}
+	require.Len(t, pools, 3)
+	snap, err := ipam.NewAutoPoolSnapshot([]*ipam.Subnet{s6, s7}, nil, pools, nil, nil)
+	require.NoError(t, err)
+	// two drops net1 and grows: net1's pool is reclaimed, and eth0's pool
+	// keeps its addresses and takes the next free ones (other has .103-.104).
+	two.Annotations = ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`)
+	two.Replicas = intp(3)
+	ds := ipam.DecideApplication(&two, snap, ipam.AutoPoolOptions{})
+	require.Len(t, ds, 2, "other's pool is not judged")
+	require.Equal(t, ipam.AutoPoolGrow, ds[0].Action)
+	require.Equal(t, []string{"10.6.168.101-10.6.168.102", "10.6.168.105-10.6.168.106"}, ssIPs(ds[0].Pool))
+	require.Equal(t, ipam.AutoPoolDelete, ds[1].Action)
+	require.Equal(t, "auto4-two-net1-22222", ds[1].PoolName())
+	require.Nil(t, ipam.DecideApplication(nil, snap, ipam.AutoPoolOptions{}))
+
+	d := ipam.DecideReclaim(pools[2], snap)
+	require.Equal(t, ipam.AutoPoolDelete, d.Action)
+	require.Equal(t, ipam.AutoPoolDecision{}, ipam.DecideReclaim(nil, snap))
+}

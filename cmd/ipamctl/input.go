@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// stdinName is how standard input (-f -) is named in messages.
+const stdinName = "stdin"
+
+// defaultMaxInput is the default of -max-input: room for `kubectl get -o
+// yaml` of a large cluster (20,000 pods with their managed fields is about
+// 150 MB), and a bound on the memory an endless stream (-f /dev/zero, a pipe
+// that never ends) can take before ipamctl stops reading it.
+const defaultMaxInput = 256 << 20
+
+// input is what a command reads: the -f files, in order, each at most
+// maxInput bytes, and where "-f -" reads from.
+type input struct {
+	files    files
+	maxInput byteSize
+	stdin    io.Reader
+}
+
+// files is a repeatable -f flag.
+type files []string
+
+func (f *files) String() string { return strings.Join(*f, ",") }
+
+func (f *files) Set(s string) error {
+	if s == "" {
+		return errors.New("empty file name")
+	}
+	if s == "-" && f.hasStdin() {
+		return errors.New(`"-" (standard input) named twice`)
+	}
+	*f = append(*f, s)
+	return nil
+}
+
+func (f *files) hasStdin() bool {
+	for _, s := range *f {
+		if s == "-" {
+			return true
+		}
+	}
+	return false
+}
+
+// byteSize is a size flag: a number of bytes, or a number with a unit (KiB,
+// MiB, GiB, or KB, MB, GB).
+type byteSize int64
+
+// sizeUnits are the units of a byteSize, binary ones first (String uses
+// them) and "B" last (every other unit ends with it too).
+var sizeUnits = []struct {
+	suffix string
+	size   int64
+}{
+	{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+	{"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1},
+}
+
+func (b *byteSize) String() string {
+	n := int64(*b)
+	for _, u := range sizeUnits[:3] {
+		if n >= u.size && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b *byteSize) Set(s string) error {
+	num, unit := s, int64(1)
+	for _, u := range sizeUnits {
+		if rest, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, unit = rest, u.size
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/unit {
+		return fmt.Errorf("%q: want a positive size such as 64MiB or 1GiB", s)
+	}
+	*b = byteSize(n * unit)
+	return nil
+}
+
+// errTooLarge is returned, wrapped, for an input over the size limit.
+var errTooLarge = errors.New("over the input size limit")
+
+// read returns the content of the file named name ("-" for standard input)
+// and the name to give it in messages, reading no more than the limit: a
+// larger input is an error that says so and names the flag that raises it.
+func (in *input) read(name string) (string, []byte, error) {
+	r, display := in.stdin, stdinName
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return name, nil, err
+		}
+		defer f.Close()
+		r, display = f, name
+	}
+	limit := int64(in.maxInput)
+	var buf bytes.Buffer
+	if f, ok := r.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() <= limit {
+			buf.Grow(int(st.Size()) + bytes.MinRead)
+		}
+	}
+	n, err := buf.ReadFrom(io.LimitReader(r, limit+1))
+	switch {
+	case err != nil:
+		return display, nil, err
+	case n > limit:
+		return display, nil, fmt.Errorf("%w: more than %s read (raise it with -max-input)", errTooLarge, &in.maxInput)
+	}
+	return display, buf.Bytes(), nil
+}

@@ -1,0 +1,219 @@
+// Command ipamctl reads Kubernetes manifests (SpiderIPPools, SpiderReservedIPs,
+// Namespaces, Nodes, Pods, StatefulSets, as files or as `kubectl get -o yaml`
+// prints them) and answers questions with the ipam library:
+//
+//	ipamctl explain -f FILE... [--pod NS/NAME] [--cni-config FILE] [-o table|json]
+//	ipamctl validate -f FILE...
+//	ipamctl gc -f FILE... [--now RFC3339] [-o table|json]
+//
+// explain allocates every pod, in file order, against one in-memory store
+// that holds the pools' existing claims (status.allocatedIPs), and prints for
+// each pod and interface the address it gets or the error, and the trace: every
+// pool considered, the rule that made it a candidate, the filter that rejected
+// it, and its rank. validate checks every pool alone and against the others.
+// gc says which existing claims the garbage collection rules would release,
+// and why. See README.md for the output formats.
+//
+// Input is read from files or standard input (-f -), each up to -max-input;
+// a List is read item by item, objects of kinds ipamctl does not read are
+// skipped with a note, and explain writes each pod's answer as soon as it has
+// it. Nothing talks to a cluster: the files are the whole input.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/ipamkit/ipam"
+)
+
+func main() {
+	out := bufio.NewWriterSize(os.Stdout, 64<<10)
+	code := run(context.Background(), os.Args[1:], os.Stdin, out, os.Stderr, time.Now)
+	if err := out.Flush(); err != nil && code == exitOK {
+		fmt.Fprintf(os.Stderr, "ipamctl: writing the output: %v\n", err)
+		code = exitProblem
+	}
+	os.Exit(code)
+}
+
+const usage = `usage: ipamctl <command> [flags]
+
+commands:
+  explain   which pool and address each pod gets, and why
+            -f FILE... [--pod NS/NAME] [--cni-config FILE] [-o table|json]
+  validate  check every pool alone and against the others
+            -f FILE...
+  gc        which existing claims garbage collection would release, and why
+            -f FILE... [--now RFC3339] [-o table|json]
+
+FILE is YAML or JSON, one or more documents, or a List as kubectl prints it;
+"-" is standard input. Each is read up to -max-input (default 256MiB).
+Run "ipamctl <command> -h" for a command's flags.
+`
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitProblem = 1 // the input has problems (what could be read was used)
+	exitUsage   = 2
+)
+
+// run runs one command and returns the exit code. "-f -" reads stdin; clock
+// gives the time when gc is not told it.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, clock func() time.Time) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	in := &input{maxInput: defaultMaxInput, stdin: stdin}
+	switch args[0] {
+	case "explain":
+		return runExplain(ctx, args[1:], in, stdout, stderr, clock)
+	case "validate":
+		return runValidate(args[1:], in, stdout, stderr)
+	case "gc":
+		return runGC(args[1:], in, stdout, stderr, clock)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "ipamctl: unknown command %q\n\n%s", args[0], usage)
+	return exitUsage
+}
+
+// output is the -o flag.
+type output string
+
+func (o *output) String() string { return string(*o) }
+
+func (o *output) Set(s string) error {
+	if s != "table" && s != "json" {
+		return fmt.Errorf("%q: want table or json", s)
+	}
+	*o = output(s)
+	return nil
+}
+
+// parseFlags parses a command's flags, requiring at least one -f and no
+// arguments. ok is false when the command should exit with code.
+func parseFlags(fs *flag.FlagSet, args []string, in *input) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "ipamctl %s: unexpected arguments %q (name files with -f)\n", fs.Name(), fs.Args())
+		return exitUsage, false
+	}
+	if len(in.files) == 0 {
+		fmt.Fprintf(fs.Output(), "ipamctl %s: no input: name at least one file with -f\n", fs.Name())
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+func newFlagSet(name string, stderr io.Writer, in *input) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Var(&in.files, "f", "read manifests from this `file` (YAML or JSON; - for standard input; repeatable)")
+	fs.Var(&in.maxInput, "max-input", "read at most this `size` of each file, such as 64MiB or 1GiB")
+	return fs
+}
+
+func runExplain(ctx context.Context, args []string, in *input, stdout, stderr io.Writer, clock func() time.Time) int {
+	var (
+		out     = output("table")
+		pod     string
+		cniConf string
+	)
+	fs := newFlagSet("explain", stderr, in)
+	fs.StringVar(&pod, "pod", "", "print only the pod `namespace/name` (the pods before it are still allocated first)")
+	fs.StringVar(&cniConf, "cni-config", "", "read default_ipv4_ippool, default_ipv6_ippool and clean_gateway from this CNI network config `file`")
+	fs.Var(&out, "o", "output `format`: table or json")
+	if code, ok := parseFlags(fs, args, in); !ok {
+		return code
+	}
+	var nc ipam.NetConf
+	if cniConf != "" {
+		data, err := os.ReadFile(cniConf)
+		if err == nil {
+			nc, err = loadNetConf(cniConf, data)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "ipamctl explain: --cni-config: %v\n", err)
+			return exitProblem
+		}
+	}
+	want := pod
+	if want != "" && !strings.Contains(want, "/") {
+		want = "default/" + want
+	}
+
+	c := in.load()
+	c.dropOverlaps()
+	e, err := newExplainer(ctx, c, nc, clock())
+	if err != nil {
+		printProblems(stderr, c)
+		fmt.Fprintf(stderr, "ipamctl explain: %v\n", err)
+		return exitProblem
+	}
+	var w reportWriter = newTableWriter(stdout)
+	if out == "json" {
+		w = &jsonWriter{w: stdout}
+	}
+	found := false
+	err = e.explainAll(ctx, func(r *podReport) (more bool, err error) {
+		if want == "" {
+			return true, w.write(r)
+		}
+		if r.pod.pod.Namespace+"/"+r.pod.pod.Name != want {
+			return true, nil
+		}
+		found = true
+		return false, w.write(r) // the pods after it cannot change its answer
+	})
+	if err == nil && want != "" && !found {
+		printProblems(stderr, c)
+		fmt.Fprintf(stderr, "ipamctl explain: --pod %s: no such pod in the input\n", want)
+		return exitProblem
+	}
+	if err == nil {
+		err = w.close()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "ipamctl explain: writing the output: %v\n", err)
+		return exitProblem
+	}
+	return printProblems(stderr, c)
+}
+
+// printProblems writes the notes and the input problems to w and returns the
+// exit code the problems call for.
+func printProblems(w io.Writer, c *cluster) int {
+	c.printNotes(w)
+	if len(c.problems) == 0 {
+		return exitOK
+	}
+	fmt.Fprintf(w, "ipamctl: %s in the input (the rest was used):\n", plural(len(c.problems), "problem"))
+	for _, p := range c.sortedProblems() {
+		fmt.Fprintf(w, "  %s\n", p)
+	}
+	return exitProblem
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}

@@ -1,0 +1,451 @@
+package ipam_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go4.org/netipx"
+
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/store"
+	"github.com/ipamkit/ipam/store/memstore"
+)
+
+func TestNewSubnetManagerErrors(t *testing.T) {
+	_, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{})
+	require.ErrorContains(t, err, "Claims: required")
+	_, err = ipam.NewSubnetManager(ipam.SubnetManagerOptions{Claims: memstore.New(), AutoPool: ipam.AutoPoolOptions{DefaultIPNumber: "-2"}})
+	require.ErrorContains(t, err, `DefaultIPNumber "-2"`)
+	dup := ssSubnet6()
+	_, err = ipam.NewSubnetManager(ipam.SubnetManagerOptions{Claims: memstore.New(), Subnets: []*ipam.Subnet{ssSubnet6(), dup}})
+	require.ErrorContains(t, err, "duplicate")
+}
+
+// TestSubnetManagerBadInput checks that bad input is an error naming the
+// annotation or field and the value, that nothing is created, and that a
+// pod of the application gets the same reason.
+func TestSubnetManagerBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ann  map[string]string
+		n    int
+		want string
+	}{
+		{"malformed ippool-ip-number", ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "1+"),
+			2, `annotation "ipam.spidernet.io/ippool-ip-number" "1+": invalid input`},
+		{"unknown subnet", ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-x"]}`),
+			2, `annotation "ipam.spidernet.io/subnet" ` + "`" + `{"ipv4":["subnet-x"]}` + "`" + `: ipv4[0] "subnet-x": no SpiderSubnet of that name`},
+		{"two interfaces on one subnet", ssAnn(ipam.AnnotationSubnets, `[{"interface":"eth0","ipv4":["subnet-6"]},{"interface":"net1","ipv4":["subnet-6"]}]`),
+			2, `[1].ipv4[0] "subnet-6": subnet used by two interfaces`},
+		{"subnet too small", ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "11"),
+			2, `a pool of 11 addresses cannot fit: the subnet has 10 in all (totalIPCount); lower ipam.spidernet.io/ippool-ip-number "11"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newSSCluster(t, []*ipam.Subnet{ssSubnet6()}, nil)
+			app := ssApp("Deployment", "web", ssUID, tc.n, tc.ann)
+			ds, err := c.set(app)
+			require.ErrorContains(t, err, tc.want)
+			require.False(t, errors.Is(err, ipam.ErrNotReady), "bad input is not worth retrying")
+			for _, d := range ds {
+				require.Equal(t, ipam.AutoPoolFail, d.Action)
+			}
+			require.Empty(t, c.m.AutoPools())
+			require.Equal(t, int64(0), c.status("subnet-6").AllocatedIPCount)
+			require.Empty(t, slices.Collect(c.m.Pools()))
+			if _, ok := tc.ann[ipam.AnnotationSubnets]; ok {
+				return // the pod's own annotation is refused by Select first
+			}
+			_, err = c.start(app, "web-0", false)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestSubnetManagerAutoPoolErrors(t *testing.T) {
+	c := newSSCluster(t, []*ipam.Subnet{ssSubnet6(), ssSubnet7()}, nil)
+	app := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+	req := &ipam.Request{Namespace: "default", Name: "web-0", UID: "uid-web-0"}
+	_, err := c.m.AutoPool(req, "eth0", 4, "subnet-6")
+	require.ErrorIs(t, err, ipam.ErrNotReady)
+	require.ErrorContains(t, err, `pod default/web-0 eth0 IPv4: subnet "subnet-6": uid "uid-web-0" is not known to the subnet manager yet (SetPod registers a pod and its application)`)
+	require.NoError(t, c.m.SetPod(ipam.PodRef{Namespace: "default", Name: "web-0", UID: "uid-web-0", App: app.AppRef}))
+	_, err = c.m.AutoPool(req, "eth0", 4, "subnet-6")
+	require.ErrorIs(t, err, ipam.ErrNotReady)
+	require.ErrorContains(t, err, "the application is not known to the subnet manager yet")
+	c.mustSet(app)
+	name, err := c.m.AutoPool(req, "eth0", 4, "subnet-6")
+	require.NoError(t, err)
+	require.Equal(t, "auto4-web-eth0-a5bd3", name)
+	_, err = c.m.AutoPool(req, "eth0", 4, "subnet-7")
+	require.ErrorIs(t, err, ipam.ErrNotSupported)
+	require.ErrorContains(t, err, `the pod names subnet "subnet-7", but its application's pool "auto4-web-eth0-a5bd3" is from subnet "subnet-6"`)
+	_, err = c.m.AutoPool(req, "eth0", 6, "subnet-6")
+	require.ErrorIs(t, err, ipam.ErrNotFound)
+	require.ErrorContains(t, c.m.SetPod(ipam.PodRef{Name: "x"}), "pod: namespace: required")
+	// A pool that waits to grow still serves the pods it has room for.
+	app.Replicas = intp(20)
+	_, err = c.set(app)
+	require.ErrorContains(t, err, "cannot fit")
+	c.mustStart(app, "web-0")
+	// The Allocator's trace names the subnet annotation as the rule.
+	res, err := c.start(app, "web-0", false)
+	require.NoError(t, err)
+	require.Equal(t, ipam.SourceSubnet, res.Trace[0].Source)
+	require.Equal(t, "eth0 IPv4 auto4-web-eth0-a5bd3: served (rank 1): already held", res.Trace[0].String())
+}
+
+// retireRace is a Store that, when the manager first claims an address to
+// retire it, lets a pod claim that address just before: the race between
+// a shrink's decision and an allocation in flight.
+type retireRace struct {
+	store.Store
+	once sync.Once
+}
+
+func (s *retireRace) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
+	if c.Owner.UID == "" && c.Owner.ContainerID == "ipam.spidernet.io/subnet-manager" {
+		s.once.Do(func() {
+			_, _ = s.Store.Create(ctx, store.Claim{Pool: c.Pool, IP: c.IP, Owner: store.Owner{Namespace: "default", Name: "sneaky", UID: "uid-sneaky"}})
+		})
+	}
+	return s.Store.Create(ctx, c)
+}
+
+func TestSubnetManagerShrinkRace(t *testing.T) {
+	ctx := t.Context()
+	st := &retireRace{Store: memstore.New()}
+	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: st})
+	require.NoError(t, err)
+	app := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "3"))
+	_, err = m.SetApplication(ctx, app)
+	require.NoError(t, err)
+	app.Annotations = ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "1")
+	ds, err := m.SetApplication(ctx, app)
+	require.ErrorIs(t, err, ipam.ErrNotReady)
+	d := ssOnly(t, ds)
+	require.Equal(t, ipam.AutoPoolWait, d.Action)
+	require.Contains(t, d.Message, "address 10.6.168.101 was claimed by a pod meanwhile")
+	pool := m.AutoPools()[0]
+	require.Equal(t, []string{"10.6.168.101-10.6.168.103"}, ssIPs(pool), "nothing given back")
+	// The undone retirement left no claim behind but the pod's.
+	cs, err := st.List(ctx, pool.Name())
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	require.Equal(t, "uid-sneaky", cs[0].Owner.UID)
+	// No other application can get the address meanwhile.
+	other := ssApp("Deployment", "other", "u-other-0ther", 7, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "7"))
+	d = ssOnly(t, mustSetApp(t, m, other))
+	require.Equal(t, []string{"10.6.168.104-10.6.168.110"}, ssIPs(d.Pool))
+	// Once the pod's address is released, the shrink goes ahead, keeping
+	// the pod's address... and giving back the two free ones.
+	require.NoError(t, st.Delete(ctx, cs[0].Pool, cs[0].IP, cs[0].Revision))
+	ds, err = m.Sync(ctx)
+	require.NoError(t, err)
+	d = ssOnly(t, ds)
+	require.Equal(t, ipam.AutoPoolShrink, d.Action)
+	require.Equal(t, []string{"10.6.168.101-10.6.168.102"}, formatRanges(d.Removed))
+}
+
+func mustSetApp(t *testing.T, m *ipam.SubnetManager, app ipam.Application) []ipam.AutoPoolDecision {
+	t.Helper()
+	ds, err := m.SetApplication(t.Context(), app)
+	require.NoError(t, err)
+	return ds
+}
+
+func TestSubnetManagerRestart(t *testing.T) {
+	ctx := t.Context()
+	st := memstore.New()
+	s6 := ssSubnet6()
+	m1, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{s6}, Claims: st})
+	require.NoError(t, err)
+	sub := `{"ipv4":["subnet-6"]}`
+	a := ssApp("Deployment", "a", "u-a-aaaaa", 1, ssAnn(ipam.AnnotationSubnet, sub))
+	b := ssApp("Deployment", "b", "u-b-bbbbb", 1, ssAnn(ipam.AnnotationSubnet, sub, ipam.AnnotationReclaim, "false"))
+	gone := ssApp("Deployment", "c", "u-c-ccccc", 1, ssAnn(ipam.AnnotationSubnet, sub))
+	for _, app := range []ipam.Application{a, b, gone} {
+		mustSetApp(t, m1, app)
+	}
+	m2, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{s6}, Claims: st, AutoPools: m1.AutoPools()})
+	require.NoError(t, err)
+	require.Len(t, slices.Collect(m2.Pools()), 3, "served before any application is known")
+	ds, err := m2.Resync(ctx, []ipam.Application{a})
+	require.NoError(t, err)
+	actions := map[string]ipam.AutoPoolAction{}
+	for _, d := range ds {
+		actions[d.PoolName()] = d.Action
+	}
+	require.Equal(t, map[string]ipam.AutoPoolAction{
+		"auto4-a-eth0-aaaaa": ipam.AutoPoolKeep,
+		"auto4-b-eth0-bbbbb": ipam.AutoPoolKeep,
+		"auto4-c-eth0-ccccc": ipam.AutoPoolDelete,
+	}, actions)
+	require.Equal(t, int64(4), m2.Status()[0].AllocatedIPCount)
+	// A newcomer gets the lowest free addresses, which include c's.
+	d := ssOnly(t, mustSetApp(t, m2, ssApp("Deployment", "d", "u-d-ddddd", 0, ssAnn(ipam.AnnotationSubnet, sub))))
+	require.Equal(t, []string{"10.6.168.105"}, ssIPs(d.Pool))
+	d = ssOnly(t, mustSetApp(t, m2, ssApp("Deployment", "e", "u-e-eeeee", 1, ssAnn(ipam.AnnotationSubnet, sub))))
+	require.Equal(t, []string{"10.6.168.106-10.6.168.107"}, ssIPs(d.Pool))
+	_ = netipx.IPRange{}
+}
+
+func TestSubnetManagerServes(t *testing.T) {
+	manual := ipam.MustParsePool(`{"name":"manual","subnet":"10.6.0.0/16","ips":["10.6.168.109-10.6.168.110"],"default":true}`)
+	c := newSSCluster(t, []*ipam.Subnet{ssSubnet6()}, []*ipam.Pool{manual})
+	app := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+	c.mustSet(app)
+	var names []string
+	for p := range c.m.Pools() {
+		names = append(names, p.Name)
+	}
+	require.Equal(t, []string{"auto4-web-eth0-a5bd3", "manual"}, names)
+	var defaults []string
+	for p := range c.m.DefaultPools() {
+		defaults = append(defaults, p.Name)
+	}
+	require.Equal(t, []string{"manual"}, defaults)
+	p, ok := c.m.Pool("auto4-web-eth0-a5bd3")
+	require.True(t, ok)
+	require.Nil(t, p.PodAffinity, "served without podAffinity: Select offers it to the application's pods only")
+	require.Equal(t, ipam.LowestFree, p.Strategy)
+	// A pod without the subnet annotation is served by the cluster default.
+	res, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "plain", UID: "uid-plain", Interfaces: []ipam.Interface{{Name: "eth0"}}})
+	require.NoError(t, err)
+	require.Equal(t, "manual", res.IPs[0].Pool)
+	require.Nil(t, c.m.Reserved(4))
+}
+
+// TestSubnetManagerConcurrent runs applications on two subnets from many
+// goroutines at once, pods coming and going, and checks the invariants.
+func TestSubnetManagerConcurrent(t *testing.T) {
+	subnets := []*ipam.Subnet{
+		ipam.MustParseSubnet(`{"name":"a","subnet":"10.10.0.0/24","ips":["10.10.0.2-10.10.0.254"]}`),
+		ipam.MustParseSubnet(`{"name":"b","subnet":"10.11.0.0/24","ips":["10.11.0.2-10.11.0.254"]}`),
+	}
+	c := newSSCluster(t, subnets, nil)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			subnet := []string{"a", "b"}[g%2]
+			for round := range 20 {
+				app := ssApp("Deployment", fmt.Sprintf("g%d", g), fmt.Sprintf("u-%d-%05d", g, g), r.IntN(6),
+					ssAnn(ipam.AnnotationSubnet, `{"ipv4":["`+subnet+`"]}`))
+				if _, err := c.m.SetApplication(c.ctx, app); err != nil && !errors.Is(err, ipam.ErrNotReady) {
+					t.Error(err)
+					return
+				}
+				name := fmt.Sprintf("g%d-%d", g, round)
+				if err := c.m.SetPod(ipam.PodRef{Namespace: "default", Name: name, UID: "uid-" + name, App: app.AppRef}); err != nil {
+					t.Error(err)
+					return
+				}
+				_, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name,
+					Annotations: app.Annotations, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+				if err != nil && !errors.Is(err, ipam.ErrNoCandidates) && !errors.Is(err, ipam.ErrNotReady) {
+					t.Error(err)
+					return
+				}
+				if r.IntN(2) == 0 {
+					if err := c.alloc.Release(c.ctx, store.Owner{UID: "uid-" + name}); err != nil {
+						t.Error(err)
+						return
+					}
+					if _, err := c.m.DeletePod(c.ctx, "uid-"+name); err != nil && !errors.Is(err, ipam.ErrNotReady) {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	checkSubnetInvariants(t, c, subnets, nil)
+}
+
+// checkSubnetInvariants checks that auto-pools are disjoint, inside their
+// subnets and clear of pools written by hand; that every pod's claim lies in
+// its pool; that no address is held twice; and that the subnets' counts add
+// up.
+func checkSubnetInvariants(t *testing.T, c *ssCluster, subnets []*ipam.Subnet, manual []*ipam.Pool) {
+	t.Helper()
+	var seen netipx.IPSetBuilder
+	sizes := map[string]int64{}
+	pools := map[string]*ipam.AutoPool{}
+	for _, a := range c.m.AutoPools() {
+		pools[a.Name()] = a
+		var s *ipam.Subnet
+		for _, x := range subnets {
+			if x.Name == a.Subnet {
+				s = x
+			}
+		}
+		require.NotNil(t, s)
+		var b netipx.IPSetBuilder
+		for _, r := range a.Pool.IPs {
+			b.AddRange(r)
+		}
+		set, _ := b.IPSet()
+		for _, r := range set.Ranges() {
+			require.Truef(t, s.Usable().ContainsRange(r), "pool %s: %s outside subnet %s", a.Name(), r, s.Name)
+			for _, p := range manual {
+				for _, m := range p.IPs {
+					require.Falsef(t, m.Overlaps(r), "pool %s overlaps %s", a.Name(), p.Name)
+				}
+			}
+		}
+		done, _ := seen.IPSet()
+		require.Falsef(t, done.Overlaps(set), "pool %s overlaps another auto-pool", a.Name())
+		seen.AddSet(set)
+		sizes[a.Subnet] += int64(a.Size())
+	}
+	for _, s := range subnets {
+		sizes[s.Name] += ipam.SubnetStatusOf(s, manual, nil).AllocatedIPCount
+	}
+	for _, st := range c.m.Status() {
+		require.Equal(t, sizes[st.Name], st.AllocatedIPCount, st.Name)
+	}
+	held := map[netip.Addr]string{}
+	for name, a := range pools {
+		cs, err := c.st.List(c.ctx, name)
+		require.NoError(t, err)
+		for _, cl := range cs {
+			if cl.Owner.UID == "" {
+				continue // the manager's retirement claims
+			}
+			ok := false
+			for _, r := range a.Pool.IPs {
+				ok = ok || r.Contains(cl.IP)
+			}
+			require.Truef(t, ok, "pod %s holds %s, which pool %s no longer has", cl.Owner, cl.IP, name)
+			require.NotContainsf(t, held, cl.IP, "%s held twice", cl.IP)
+			held[cl.IP] = cl.Owner.UID
+		}
+	}
+}
+
+// TestSubnetManagerModel runs seeded random histories of applications and
+// pods against a SubnetManager and an Allocator, and checks the invariants
+// after every step.
+func TestSubnetManagerModel(t *testing.T) {
+	for seed := range uint64(30) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Logf("seed %d", seed)
+			r := rand.New(rand.NewPCG(seed, 16))
+			s6, s7 := ssSubnet6(), ssSubnet7()
+			manual := ipam.MustParsePool(`{"name":"manual","subnet":"10.6.0.0/16","ips":["10.6.168.110"]}`)
+			c := newSSCluster(t, []*ipam.Subnet{s6, s7}, []*ipam.Pool{manual})
+			type pod struct {
+				app  ipam.Application
+				name string
+			}
+			apps := map[int]ipam.Application{}
+			var pods []pod
+			gen := 0
+			for step := range 60 {
+				switch op := r.IntN(6); {
+				case op <= 1: // set or change an application
+					i := r.IntN(3)
+					app, ok := apps[i]
+					if !ok {
+						gen++
+						app = ssApp([]string{"Deployment", "StatefulSet"}[r.IntN(2)], fmt.Sprintf("app%d", i), fmt.Sprintf("u-%d-%05d", i, gen), 0, nil)
+					}
+					app.Replicas = intp(r.IntN(5))
+					ann := ssAnn(ipam.AnnotationSubnet, []string{`{"ipv4":["subnet-6"]}`, `{"ipv4":["subnet-7"]}`}[r.IntN(2)])
+					if r.IntN(4) == 0 {
+						ann = ssAnn(ipam.AnnotationSubnets, `[{"interface":"eth0","ipv4":["subnet-6"]},{"interface":"net1","ipv4":["subnet-7"]}]`)
+					}
+					if n := []string{"", "+0", "+1", "2", "4"}[r.IntN(5)]; n != "" {
+						ann[ipam.AnnotationIPNumber] = n
+					}
+					if r.IntN(3) == 0 {
+						ann[ipam.AnnotationReclaim] = "false"
+					}
+					app.Annotations = ann
+					apps[i] = app
+					dd, err := c.set(app)
+					for _, d := range dd {
+						t.Logf("step %d set %s: %s", step, app.Annotations, d.String())
+					}
+					if err != nil && !errors.Is(err, ipam.ErrNotReady) && !errors.Is(err, ipam.ErrNotSupported) {
+						t.Fatalf("step %d: %v", step, err)
+					}
+				case op == 2: // delete an application
+					i := r.IntN(3)
+					if app, ok := apps[i]; ok {
+						delete(apps, i)
+						dd, err := c.m.DeleteApplication(c.ctx, app.AppRef)
+						for _, d := range dd {
+							t.Logf("step %d delete: %s", step, d.String())
+						}
+						if err != nil && !errors.Is(err, ipam.ErrNotReady) {
+							t.Fatalf("step %d: %v", step, err)
+						}
+					}
+				case op == 3 || op == 4: // start a pod
+					i := r.IntN(3)
+					if app, ok := apps[i]; ok {
+						name := fmt.Sprintf("p%d", step)
+						ifaces := []string{"eth0"}
+						if _, ok := app.Annotations[ipam.AnnotationSubnets]; ok {
+							ifaces = append(ifaces, "net1")
+						}
+						if res, err := c.start(app, name, false, ifaces...); err == nil {
+							t.Logf("step %d start %s: %s", step, name, res.IPs[0].Address)
+							pods = append(pods, pod{app, name})
+						} else if !errors.Is(err, ipam.ErrNoCandidates) && !errors.Is(err, ipam.ErrNotReady) && !errors.Is(err, ipam.ErrNotSupported) {
+							t.Fatalf("step %d: %v", step, err)
+						}
+					}
+				default: // stop a pod
+					if len(pods) > 0 {
+						k := r.IntN(len(pods))
+						for _, d := range c.stop(pods[k].name) {
+							t.Logf("step %d stop %s: %s", step, pods[k].name, d.String())
+						}
+						pods = slices.Delete(pods, k, k+1)
+					}
+				}
+				checkSubnetInvariants(t, c, []*ipam.Subnet{s6, s7}, []*ipam.Pool{manual})
+			}
+			// Once every pod and application is gone, every pool with
+			// reclaim true is gone too.
+			for len(pods) > 0 {
+				c.stop(pods[0].name)
+				pods = pods[1:]
+			}
+			for _, app := range apps {
+				_, err := c.m.DeleteApplication(c.ctx, app.AppRef)
+				require.NoError(t, err)
+			}
+			for _, a := range c.m.AutoPools() {
+				require.Falsef(t, a.Reclaim, "pool %s with reclaim true outlived its application", a.Name())
+			}
+			checkSubnetInvariants(t, c, []*ipam.Subnet{s6, s7}, []*ipam.Pool{manual})
+		})
+	}
+}
+
+// TestSubnetManagerAutoPoolNamedByAnotherPod pins README difference 14: the
+// filters cannot match an auto-pool's podAffinity against the pod's
+// controller, so a pod of another application that names the pool is
+// served, where Spiderpool refuses it.
+func TestSubnetManagerAutoPoolNamedByAnotherPod(t *testing.T) {
+	c := newSSCluster(t, []*ipam.Subnet{ssSubnet6()}, nil)
+	web := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+	c.mustSet(web)
+	other := ssApp("Deployment", "other", "u-other-0ther", 1, ssAnn(ipam.AnnotationIPPool, `{"ipv4":["auto4-web-eth0-a5bd3"]}`))
+	res, err := c.start(other, "other-0", false)
+	require.NoError(t, err)
+	require.Equal(t, "auto4-web-eth0-a5bd3", res.IPs[0].Pool)
+}
