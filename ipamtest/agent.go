@@ -2,7 +2,6 @@ package ipamtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -137,7 +136,3 @@ func (s *Sim) agentNote(ag int) string {
 	}
 	return s.agents[ag].String()
 }
-
-// errRemote is what a RemoteAgent returns when the process serving it
-// cannot be reached or answers nonsense.
-var errRemote = errors.New("ipamtest: remote agent")

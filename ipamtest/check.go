@@ -85,8 +85,10 @@ type Violation struct {
 	// SimOptions.HistoryLen), oldest first.
 	History []string
 	// AtSettle reports that the violation was found by Settle or Drain,
-	// after Step was called Step-1 times (Step-2 for Drain).
+	// after Step was called Step-1 times, or Step-2 times if AtDrain.
 	AtSettle bool
+	// AtDrain reports that the violation was found by Drain.
+	AtDrain bool
 	// Writers reports that the run was in the many-writers mode.
 	Writers bool
 }
@@ -103,6 +105,9 @@ func (v *Violation) Error() string {
 	}
 	steps := v.Step
 	if v.AtSettle {
+		steps--
+	}
+	if v.AtDrain {
 		steps--
 	}
 	test, flag := "TestSim", "sim.seed"
@@ -122,7 +127,7 @@ func (s *Sim) fail(inv Invariant, format string, args ...any) {
 		return
 	}
 	s.err = &Violation{Seed: s.seed, Step: s.step, Invariant: inv, Detail: fmt.Sprintf(format, args...), History: s.History(),
-		AtSettle: s.settling, Writers: s.opts.Writers}
+		AtSettle: s.settling, AtDrain: s.draining, Writers: s.opts.Writers}
 }
 
 // eventSettle marks the history entry of Settle.

@@ -92,16 +92,16 @@ var mutants = []mutant{
 var storeBroken = []ipamtest.Invariant{ipamtest.InvariantUnique, ipamtest.InvariantKept, ipamtest.InvariantStore}
 
 // violationLine matches the first line of a Violation in a test's output.
-var violationLine = regexp.MustCompile(`ipamtest: seed \d+, step \d+: invariant "([a-z-]+)" violated: .*`)
+var violationLine = regexp.MustCompile(`ipamtest: seed (\d+), step \d+: invariant "([a-z-]+)" violated: .*`)
 
 // TestMutants proves the power of TestManyWriters: for each mutant, it
 // builds this package's tests with package ipam changed (go test -c
 // -overlay, the real files untouched) or a broken Store wrapped around every
 // agent's, runs the default run of TestManyWriters (stopping at the first
 // failing seed), and requires it to fail with one of the invariants the
-// mutant must break. The mutants build and run in parallel. With
-// -mutants.base, every mutant also carries that overlay (a fix under
-// review, say).
+// mutant must break, on a seed that the same build without the mutant
+// passes. The mutants build and run in parallel. With -mutants.base, every
+// mutant also carries that overlay (a fix under review, say).
 func TestMutants(t *testing.T) {
 	if testing.Short() || !*mutantsRun {
 		t.Skip("-short or -mutants=false")
@@ -140,33 +140,41 @@ func TestMutants(t *testing.T) {
 		once sync.Once
 		bin  string
 	}
+	plainBin := func(t *testing.T) string {
+		plain.once.Do(func() { plain.bin = build(t, "plain", base) })
+		require.NotEmpty(t, plain.bin, "the build of the test binary without mutants failed")
+		return plain.bin
+	}
+	run := func(bin string, args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, append([]string{"-test.run=^TestManyWriters$", "-test.count=1"}, args...)...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
 	for _, m := range mutants {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			var bin string
+			bin := plainBin(t)
+			var broken []string
 			if m.store != "" {
-				plain.once.Do(func() { plain.bin = build(t, "plain", base) })
-				require.NotEmpty(t, plain.bin, "the build of the plain test binary failed")
-				bin = plain.bin
+				broken = []string{"-writers.store=" + m.store}
 			} else {
 				bin = build(t, m.name, m.overlay(t, root, dir, base))
 			}
-			args := []string{"-test.run=^TestManyWriters$", "-test.count=1", "-writers.failfast"}
-			if m.store != "" {
-				args = append(args, "-writers.store="+m.store)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, bin, args...)
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
 			start := time.Now()
-			err := cmd.Run()
-			line := violationLine.FindStringSubmatch(out.String())
+			out, err := run(bin, append(broken, "-writers.failfast")...)
+			took := time.Since(start)
+			line := violationLine.FindStringSubmatch(out)
 			require.Error(t, err, "mutant %s passed the default run of TestManyWriters", m.name)
-			require.NotNil(t, line, "mutant %s failed without a violation:\n%s", m.name, out.String())
-			require.Contains(t, m.want, ipamtest.Invariant(line[1]), "mutant %s broke an unexpected invariant: %s", m.name, line[0])
-			t.Logf("caught in %v: %s", time.Since(start).Round(time.Millisecond), firstLine(line[0]))
+			require.NotNil(t, line, "mutant %s failed without a violation:\n%s", m.name, out)
+			require.Contains(t, m.want, ipamtest.Invariant(line[2]), "mutant %s broke an unexpected invariant: %s", m.name, line[0])
+			// The same seed without the mutant passes: the mutant broke it.
+			out, err = run(plainBin(t), "-writers.seed="+line[1])
+			require.NoError(t, err, "mutant %s failed seed %s, which fails without it too:\n%s", m.name, line[1], out)
+			t.Logf("mutant %s caught in %v: %s", m.name, took.Round(time.Millisecond), firstLine(line[0]))
 		})
 	}
 }

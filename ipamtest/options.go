@@ -184,11 +184,13 @@ type SimOptions struct {
 	// Store holds the claims; nil means a new memstore. It must be empty,
 	// and no one else may write to it.
 	Store store.Store
-	// Agents is how many Allocators share the Store, as the agents of a
-	// cluster's nodes do: node i's pods are served by agent i mod Agents,
-	// and agent 0 also collects garbage. Zero means one. The quarantine is
-	// checked only for an address handed out by the agent that released
-	// it, since each Allocator keeps its own.
+	// Agents is how many Allocators in this process share the Store, as
+	// the agents of a cluster's nodes do: node i's pods are served by agent
+	// i mod Agents, and agent 0 also collects garbage; in the many-writers
+	// mode, each operation goes through an agent drawn at random. Zero
+	// means one, or 4 in the many-writers mode. The quarantine is checked
+	// only for an address handed out by the agent that released it, since
+	// each Allocator keeps its own.
 	Agents int
 	// CheckEvery is how many steps pass between two full comparisons of the
 	// Store with the model; zero means 32, negative means only at Settle.
@@ -205,8 +207,10 @@ type SimOptions struct {
 	// of an agent's Store writes are interleaved with other agents'
 	// operations on the same claims (Interleave), pools are served through a
 	// PoolSource that is not an ipam.Catalog and may be redefined onto each
-	// other's addresses, EventLookup and EventImport are drawn (the zero Mix
-	// means WritersMix), and Run ends with Drain. Agents defaults to 4.
+	// other's addresses (unless the cluster runs only containers, whose
+	// Store may keep host-local's format: see HostLocalOptions),
+	// EventLookup and EventImport are drawn (the zero Mix means
+	// WritersMix), and Run ends with Drain. Agents defaults to 4.
 	Writers bool
 	// OpenStore opens a new instance of the shared Store for an agent: a
 	// new client of the same backend, as a new agent process would open.

@@ -171,6 +171,10 @@ func (r *RemoteAgent) collect(ctx context.Context, c gcCall) ([]ipam.GCDecision,
 	return ds, err
 }
 
+// errRemote is what a RemoteAgent returns when the process serving it
+// cannot be reached or answers nonsense.
+var errRemote = errors.New("ipamtest: remote agent")
+
 // ServeAgent serves the agent of a RemoteAgent: it reads requests from in,
 // one JSON object a line, and writes each reply to out, until in ends or
 // the RemoteAgent closes. Each time the Sim opens the agent (at its start,

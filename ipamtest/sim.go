@@ -50,7 +50,8 @@ type Sim struct {
 	start, now time.Time
 	step       int
 	err        error
-	settling   bool
+	settling   bool // in Settle or Drain
+	draining   bool // in Drain
 
 	nodes []*simNode
 	ready int // how many nodes are Ready
@@ -1510,17 +1511,18 @@ func (s *Sim) release(p *simPod, iface string, ag int) int {
 		s.fail(InvariantError, "CNI DEL of %s through %s: %v", p, s.agents[ag], err)
 		return 0
 	}
+	match := iface
+	if p.w.container && !slices.ContainsFunc(h.addrs, func(k claimKey) bool { return h.iface[k] == iface }) {
+		match = "" // host-local's fallback: the claims that record no interface
+	}
 	gone := func(k claimKey) bool {
 		switch {
 		case p.w.container:
-			return h.iface[k] == iface
+			return h.iface[k] == match
 		case p.w.stable:
 			return h.uids[k] == p.uid
 		}
 		return true
-	}
-	if p.w.container && !slices.ContainsFunc(h.addrs, gone) {
-		iface = ""
 	}
 	kept := h.addrs[:0]
 	n := 0

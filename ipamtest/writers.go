@@ -346,7 +346,7 @@ func (s *Sim) steal(k claimKey, not ...int) {
 	}
 	c := s.otherAgent(not...)
 	if c < 0 {
-		c = not[0]
+		c = not[len(not)-1] // never the agent whose call is in flight
 	}
 	p := s.newPod(s.w.thief, -1, s.readyNode())
 	p.want = k.ip
@@ -622,8 +622,8 @@ func (s *Sim) Drain() error {
 		return s.err
 	}
 	s.step++
-	s.settling = true
-	defer func() { s.settling = false }()
+	s.settling, s.draining = true, true
+	defer func() { s.settling, s.draining = false, false }()
 	s.touched, s.marked = s.touched[:0], s.marked[:0]
 	s.record(entry{ev: eventDrain})
 	for _, w := range s.sets {
