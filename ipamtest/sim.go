@@ -590,6 +590,24 @@ func (s *Sim) buildWorkloads() {
 		}
 		return "[" + strings.Join(q, ",") + "]"
 	}
+	// named gives w's interfaces, in the request, one pool of each family
+	// drawn per interface, and some of w's pods (not a StatefulSet's) an
+	// address of the first to request.
+	named := func(w *workload, nics []string) {
+		for _, nic := range nics {
+			chosen := pick(1)
+			var pools []string
+			for _, f := range fams {
+				pools = append(pools, chosen[f]...)
+			}
+			w.ifaces = append(w.ifaces, ipam.Interface{Name: nic, Pools: pools})
+		}
+		if !w.sts && r.IntN(100) < s.opts.Requested {
+			if w.want = s.someAddress(w.ifaces[0].Pools[0]); w.want.IsValid() {
+				w.ifaces[0].IPs = []netip.Addr{w.want}
+			}
+		}
+	}
 	def := &Namespace{Name: "default"}
 	teamPools := pick(2)
 	team := &Namespace{Name: "team", Labels: map[string]string{"team": "a"}, Annotations: map[string]string{}}
@@ -638,19 +656,7 @@ func (s *Sim) buildWorkloads() {
 		}
 		switch w.mode {
 		case modeExplicit:
-			for _, nic := range nics {
-				chosen := pick(1)
-				var pools []string
-				for _, f := range fams {
-					pools = append(pools, chosen[f]...)
-				}
-				w.ifaces = append(w.ifaces, ipam.Interface{Name: nic, Pools: pools})
-			}
-			if !w.sts && r.IntN(100) < s.opts.Requested {
-				if w.want = s.someAddress(w.ifaces[0].Pools[0]); w.want.IsValid() {
-					w.ifaces[0].IPs = []netip.Addr{w.want}
-				}
-			}
+			named(w, nics)
 		case modeAnnotation:
 			if len(nics) == 1 {
 				w.annot = map[string]string{ipam.AnnotationIPPool: "{" + families(pick(2)) + "}"}
@@ -680,19 +686,7 @@ func (s *Sim) buildWorkloads() {
 		if r.IntN(100) < s.opts.SecondNIC {
 			nics = append(nics, "net1")
 		}
-		for _, nic := range nics {
-			chosen := pick(1)
-			var pools []string
-			for _, f := range fams {
-				pools = append(pools, chosen[f]...)
-			}
-			w.ifaces = append(w.ifaces, ipam.Interface{Name: nic, Pools: pools})
-		}
-		if r.IntN(100) < s.opts.Requested {
-			if w.want = s.someAddress(w.ifaces[0].Pools[0]); w.want.IsValid() {
-				w.ifaces[0].IPs = []netip.Addr{w.want}
-			}
-		}
+		named(w, nics)
 		s.resolve(w)
 		s.works = append(s.works, w)
 	}
