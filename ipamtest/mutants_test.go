@@ -80,7 +80,9 @@ var mutants = []mutant{
 		// family, whether or not its pool is one of that interface's.
 		name:  "serves-any-pool",
 		edits: []edit{{"holdings.go", "	return c.Owner.Interface != \"\" || slices.Contains(t.sel.Pools, c.Pool)\n", "	return true\n"}},
-		want:  []ipamtest.Invariant{ipamtest.InvariantSelection},
+		// The wrong interface served from a pool not its own, or a claim
+		// that another interface needed taken from it.
+		want: []ipamtest.Invariant{ipamtest.InvariantSelection, ipamtest.InvariantSticky, ipamtest.InvariantIdempotent},
 	},
 	// Broken Stores: an address handed to a second owner, or a claim
 	// changed or deleted under its holder.
@@ -131,7 +133,11 @@ func TestMutants(t *testing.T) {
 		bin := filepath.Join(dir, name+".test")
 		builds <- struct{}{}
 		defer func() { <-builds }()
-		cmd := exec.Command(goTool, "test", "-c", "-vet=off", "-overlay="+ov, "-o", bin, ".")
+		args := []string{"test", "-c", "-vet=off", "-overlay=" + ov, "-o", bin}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command(goTool, append(args, ".")...)
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "building mutant %s: %s", name, out)
 		return bin
