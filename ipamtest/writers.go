@@ -145,22 +145,22 @@ func (w *writers) redefined(s *Sim, name string) {
 	w.defSeq[name] = w.seq
 	w.overlapped[name] = false
 	for _, p := range s.opts.Pools {
-		if s.overlapsAny(p, func(*ipam.Pool) bool { return true }) {
+		if s.overlapped(p, func(*ipam.Pool) bool { return true }) != "" {
 			w.overlapped[p.Name] = true
 		}
 	}
 }
 
-// overlapsAny reports whether p shares an address with another pool of its
-// family for which which reports true.
-func (s *Sim) overlapsAny(p *ipam.Pool, which func(q *ipam.Pool) bool) bool {
+// overlapped returns the name of a pool of p's family, for which which
+// reports true, that shares an address with p; "" if there is none.
+func (s *Sim) overlapped(p *ipam.Pool, which func(q *ipam.Pool) bool) string {
 	set := s.allocSet(p)
 	for _, q := range s.opts.Pools {
 		if q.Name != p.Name && q.Family() == p.Family() && which(q) && set.Overlaps(s.allocSet(q)) {
-			return true
+			return q.Name
 		}
 	}
-	return false
+	return ""
 }
 
 // mayRefuse reports whether an Allocator may refuse pool name for
@@ -183,15 +183,7 @@ func (w *writers) overlapping(s *Sim, k claimKey) string {
 	if !ok {
 		return ""
 	}
-	var other string
-	s.overlapsAny(p, func(q *ipam.Pool) bool {
-		if other == "" && w.defSeq[q.Name] <= w.defSeq[k.pool] {
-			if s.allocSet(p).Overlaps(s.allocSet(q)) {
-				other = q.Name
-			}
-		}
-		return false
-	})
+	other := s.overlapped(p, func(q *ipam.Pool) bool { return w.defSeq[q.Name] <= w.defSeq[k.pool] })
 	if other == "" {
 		return ""
 	}
@@ -472,7 +464,7 @@ func (s *Sim) importOne() bool {
 // overlaps another gives none.
 func (s *Sim) freeAddress(pool string, taken func(netip.Addr) bool) netip.Addr {
 	p, ok := s.cur.Pool(pool)
-	if !ok || s.overlapsAny(p, func(*ipam.Pool) bool { return true }) {
+	if !ok || s.overlapped(p, func(*ipam.Pool) bool { return true }) != "" {
 		return netip.Addr{}
 	}
 	var free []netip.Addr
