@@ -116,6 +116,7 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	// owner, whose claims may sit in pools it no longer uses or under the
 	// UID it had before it was marked stable, and when addresses are
 	// requested, which must be checked against what is held first.
+	// Otherwise the Store's exclusive check on the create finds it.
 	hs := &holdings{owner: owner}
 	if a.excl == nil || req.Stable || slices.ContainsFunc(tasks, func(t task) bool { return t.want.IsValid() }) {
 		if err := a.readHoldings(ctx, hs); err != nil {
@@ -265,6 +266,19 @@ func (a *Allocator) claimSelected(ctx context.Context, t *task, hs *holdings, no
 		}
 		t.served = rank
 		return nil
+	}
+	if !t.checked {
+		// No pool may serve a new address, but the owner may hold one
+		// already (a repeat request after its pools changed), which no
+		// create has asked the Store about: it is the answer.
+		if !hs.known {
+			if err := a.readHoldings(ctx, hs); err != nil {
+				return &AllocationError{Interface: t.iface, Family: t.family, Err: err, Reason: "reading what the owner holds: " + err.Error()}
+			}
+		}
+		if err := a.reuse(ctx, t, hs); err != nil || t.reused {
+			return err
+		}
 	}
 	// Nothing served: say why, pool by pool.
 	var b strings.Builder

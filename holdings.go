@@ -119,38 +119,66 @@ func (hs *holdings) held(t *task) int {
 // a new pod UID; a pod's claim that records no interface) is re-pointed with a
 // revision-checked Update.
 func (a *Allocator) reuse(ctx context.Context, t *task, hs *holdings) error {
+	return a.reuseHeld(ctx, t, hs, false)
+}
+
+// reuseHeld is reuse; with touch, the claim reused is written even if it
+// needs no change (see settle), and a failed write is reported as
+// errTaken.
+func (a *Allocator) reuseHeld(ctx context.Context, t *task, hs *holdings, touch bool) error {
 	t.checked = true
 	k := hs.held(t)
 	if k < 0 {
 		return nil
 	}
-	c := hs.claims[k]
-	hs.use(c)
+	return a.serveWith(ctx, t, hs, hs.claims[k], touch)
+}
+
+// usable returns the index of c's pool if c, a claim the owner holds, may
+// still serve t: its pool exists and covers its address, and a stable
+// owner's pool is among t's candidates. Otherwise it returns nil.
+func (a *Allocator) usable(ctx context.Context, t *task, hs *holdings, c store.Claim) (*poolIndex, error) {
 	idx := t.idx
 	if t.sel != nil {
 		var err error
 		if idx, err = a.index(ctx, c.Pool); errors.Is(err, ErrNotFound) {
-			t.stale, t.plain = &c, true
-			return nil
+			return nil, nil
 		} else if err != nil {
-			return poolError(t.iface, t.family, c.Pool, err)
+			return nil, poolError(t.iface, t.family, c.Pool, err)
 		}
 	}
-	def := idx.def.Load()
-	if def.layout.rangeOf(c.IP) < 0 || t.sel != nil && hs.owner.Stable && !slices.Contains(t.sel.Pools, c.Pool) {
-		t.stale, t.plain = &c, true
-		return nil
+	if idx.def.Load().layout.rangeOf(c.IP) < 0 || t.sel != nil && hs.owner.Stable && !slices.Contains(t.sel.Pools, c.Pool) {
+		return nil, nil
 	}
-	c, err := a.adopt(ctx, t, idx, c, hs.owner)
+	return idx, nil
+}
+
+// serveWith makes c, a claim the owner holds that serves t, t's address, or,
+// if it may no longer serve (see usable), the claim to give up once t is
+// served anew.
+func (a *Allocator) serveWith(ctx context.Context, t *task, hs *holdings, c store.Claim, touch bool) error {
+	t.checked = true
+	idx, err := a.usable(ctx, t, hs, c)
 	if err != nil {
 		return err
 	}
+	if idx == nil {
+		hs.use(c)
+		t.stale, t.plain = &c, true
+		return nil
+	}
+	c, err = a.adopt(ctx, t, idx, c, hs.owner, touch)
+	if err != nil {
+		return err // not taken: the claim may serve another try
+	}
+	hs.use(c)
 	if t.want.IsValid() && t.want != c.IP {
 		owner := hs.owner
 		owner.Interface = t.iface
 		return &AllocationError{Interface: t.iface, Pool: idx.name, IP: t.want, Err: ErrOwnerConflict,
 			Reason: fmt.Sprintf("%s already holds %s in this pool, not the requested %s", owner, c.IP, t.want)}
 	}
+	def := idx.def.Load()
 	t.idx, t.pool, t.lay, t.ip, t.rev, t.reused = idx, def.pool, def.layout, c.IP, c.Revision, true
 	idx.learn(c.IP)
 	return nil
@@ -162,97 +190,116 @@ func (a *Allocator) reuse(ctx context.Context, t *task, hs *holdings) error {
 // Spiderpool, whose records have none) is taken by the interface t serves, so
 // that another interface on the same pool gets an address of its own.
 // host-local's legacy claims, of an owner known by container ID, stay as they
-// are. The update is revision-checked.
-func (a *Allocator) adopt(ctx context.Context, t *task, idx *poolIndex, c store.Claim, owner store.Owner) (store.Claim, error) {
+// are. The update is revision-checked. With touch, c is written even if it
+// needs no change, and a write that finds c changed or gone (another call
+// gave it up, see settle) returns errTaken.
+func (a *Allocator) adopt(ctx context.Context, t *task, idx *poolIndex, c store.Claim, owner store.Owner, touch bool) (store.Claim, error) {
 	repoint := owner.Stable && (c.Owner.UID != owner.UID || !c.Owner.Stable)
 	name := c.Owner.Interface == "" && owner.Query().Kind != store.KindContainer
-	if !repoint && !name {
+	if !repoint && !name && !touch {
 		return c, nil
 	}
 	moved := c
-	moved.Owner = owner
-	moved.Owner.Interface = cmp.Or(c.Owner.Interface, t.iface)
-	got, err := a.store.Update(ctx, moved, c.Revision)
-	if err != nil {
-		return c, &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err,
-			Reason: fmt.Sprintf("re-pointing the claim of %s (uid %s) on %s: %v", owner, c.Owner.UID, c.IP, err)}
+	if repoint || name {
+		moved.Owner = owner
+		moved.Owner.Interface = cmp.Or(c.Owner.Interface, t.iface)
 	}
-	return got, nil
+	got, err := a.store.Update(ctx, moved, c.Revision)
+	switch {
+	case err == nil:
+		return got, nil
+	case touch && (errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound)):
+		return c, errTaken
+	}
+	return c, &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err,
+		Reason: fmt.Sprintf("re-pointing the claim of %s (uid %s) on %s: %v", owner, c.Owner.UID, c.IP, err)}
 }
 
+// errTaken says that a claim to be taken over changed or went meanwhile.
+var errTaken = errors.New("the claim changed meanwhile")
+
 // settle checks, after a create made without the Store's exclusive check,
-// that no other claim serves t for the owner: another Allocator may have
-// served the same owner at the same moment. It reports whether t is served:
-// by c, the claim just made, or by a rival claim; if neither, the caller
-// starts over.
+// that no other claim serves t for the owner: one another Allocator made for
+// the same owner at the same moment, or one the check made before the create
+// missed. It reports whether t is served: by c, the claim just made, or by
+// the other claim; if neither, the caller starts over.
 //
-// Racing calls agree with nothing but conditional writes. A call that sees a
-// rival gives its own claim up with a Delete at the revision it created, and
-// takes the rival with an Update at the revision it read (a touch). A Delete
-// that fails because the revision changed means a rival call took this claim
-// meanwhile: it is kept, and served by both. A touch that fails means the
-// rival's maker gave it up: the call starts over. So whatever the
-// interleaving, a claim a call returns is one no racing call deletes: of two
-// calls that each see the other, either one's claim is taken by the other, or
-// both start over.
+// Racing calls agree with nothing but the Store's answers and conditional
+// writes. With ordered revisions (store.OrderedRevisions) the claim of the
+// lowest revision serves: the first claim made is seen by every call whose
+// create came later, and its maker, seeing no lower one, keeps it; the others
+// give theirs up. Without them, a call that sees another claim gives its own
+// up with a Delete at the revision it created and takes the other with an
+// Update at the revision it read (a touch); a Delete that fails because the
+// revision changed means a racing call took this claim, which is then kept,
+// and a take that fails means the other's maker gave it up: start over. That
+// never returns a claim a racing call deletes, but may leave the owner a
+// second claim for the interface (its own, released with it) when three or
+// more calls race.
 func (a *Allocator) settle(ctx context.Context, t *task, idx *poolIndex, c store.Claim, hs *holdings) (served bool, err error) {
 	q := hs.owner.Query()
-	q.Interface = t.iface
-	cs, err := a.owned(ctx, q)
+	q.Interface = ""
+	var cs []store.Claim
+	if at, ok := a.store.(store.OwnedAtLeast); ok {
+		cs, err = at.OwnedAtLeast(ctx, q, c.Revision)
+	} else {
+		cs, err = a.owned(ctx, q)
+	}
 	if err != nil {
 		if derr := a.deleteAt(context.WithoutCancel(ctx), idx, c.IP, c.Revision, time.Time{}); derr != nil {
 			a.log.Warn("ipam: cannot release a claim after a failed check", "pool", c.Pool, "ip", c.IP, "err", derr)
 		}
 		return false, &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err, Reason: "reading what the owner holds: " + err.Error()}
 	}
-	rival := -1
-	for i, x := range cs {
+	first, other := c, false
+	for _, x := range cs {
 		if x.Key() == c.Key() || !t.serves(x) || hs.isUsed(x) {
 			continue
 		}
-		if rival < 0 || compareClaims(x, cs[rival]) < 0 {
-			rival = i
+		if xi, err := a.usable(ctx, t, hs, x); err != nil || xi == nil {
+			continue // a claim to give up, not one that serves
+		}
+		other = true
+		if x.Revision < first.Revision {
+			first = x
 		}
 	}
-	if rival < 0 {
+	if !other || a.ordered && first.Key() == c.Key() {
 		t.setServed(idx, c)
 		return true, nil
 	}
 	// Give ours up.
 	switch err := a.store.Delete(context.WithoutCancel(ctx), c.Pool, c.IP, c.Revision); {
-	case err == nil:
+	case err == nil, errors.Is(err, store.ErrNotFound):
 		idx.forget(c.IP)
-	case errors.Is(err, store.ErrConflict):
+	case errors.Is(err, store.ErrConflict) && !a.ordered:
 		// A racing call took ours: keep it.
 		cur, gerr := a.store.Get(ctx, c.Pool, c.IP)
-		if gerr == nil && q.Matches(cur) && t.serves(cur) {
+		if gerr == nil && hs.owner.Query().Matches(cur) && t.serves(cur) {
 			t.setServed(idx, cur)
 			return true, nil
 		}
-	case errors.Is(err, store.ErrNotFound):
-		idx.forget(c.IP)
 	default:
 		return false, &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err,
 			Reason: "giving back a second address of " + hs.owner.String() + ": " + err.Error()}
 	}
-	// Take the rival, if its maker has not given it up.
-	r := cs[rival]
-	ridx, err := a.index(ctx, r.Pool)
-	if err != nil {
-		return false, nil // a pool gone meanwhile: start over
+	hs.claims = slices.DeleteFunc(cs, func(x store.Claim) bool { return x.Key() == c.Key() })
+	hs.known = true
+	if a.ordered {
+		// The first claim serves; its maker keeps it.
+		if err := a.serveWith(ctx, t, hs, first, false); err != nil {
+			return false, err
+		}
+		return t.reused, nil
 	}
-	touched, err := a.store.Update(ctx, r, r.Revision)
-	switch {
-	case err == nil:
-		hs.use(touched)
-		def := ridx.def.Load()
-		t.idx, t.pool, t.lay, t.ip, t.rev, t.reused = ridx, def.pool, def.layout, touched.IP, touched.Revision, true
-		ridx.learn(touched.IP)
-		return true, nil
-	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrNotFound):
+	// Take what the owner holds, as a reuse would, with a write.
+	switch err := a.reuseHeld(ctx, t, hs, true); {
+	case errors.Is(err, errTaken):
 		return false, nil
+	case err != nil:
+		return false, err
 	}
-	return false, &AllocationError{Interface: t.iface, Pool: r.Pool, IP: r.IP, Err: err, Reason: "store: " + err.Error()}
+	return t.reused, nil
 }
 
 // releaseStale releases c, a claim its owner no longer uses, at the revision

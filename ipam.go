@@ -233,6 +233,7 @@ type Allocator struct {
 	cursors store.Cursors          // nil if the Store keeps none
 	excl    store.ExclusiveCreator // nil if the Store cannot check owners as it creates
 	vers    store.PoolVersioner    // nil if the Store has no pool versions
+	ordered bool                   // the Store's revisions follow its writes (store.OrderedRevisions)
 	log     *slog.Logger
 	quarant time.Duration
 
@@ -258,6 +259,9 @@ func NewAllocator(opts Options) (*Allocator, error) {
 	a.cursors, _ = a.store.(store.Cursors)
 	a.excl, _ = a.store.(store.ExclusiveCreator)
 	a.vers, _ = a.store.(store.PoolVersioner)
+	if o, ok := a.store.(store.OrderedRevisions); ok {
+		a.ordered = o.RevisionsOrdered()
+	}
 	_, a.static = a.source.(*Catalog)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)

@@ -106,6 +106,14 @@ var spcOverrides = map[string]spcOverride{
 		recorded: "after T + 30s + SPIDERPOOL_GC_ADDITIONAL_GRACE_DELAY",
 		expect:   `{"release": "after T + SPIDERPOOL_GC_ADDITIONAL_GRACE_DELAY"}`,
 	},
+	"SP-62": {
+		why: "README difference 22: pools carry no Kubernetes object metadata and have no update admission; " +
+			"what the ippool-cidr label serves (the pools of one subnet found and compared) ValidatePools does from the subnets, " +
+			"what the finalizer serves (a pool's records outlive it) the Store does, and a redefined subnet is accepted: " +
+			"new claims come from it, and an owner whose address it no longer covers gets a new one",
+		recorded: `"update": "Forbidden spec.subnet: is not changeable"`,
+		expect:   `{"afterCreate": {"ipVersion": 6, "cidrGroup": "fd00::/120", "claimsOutlivePool": true}, "update": "accepted"}`,
+	},
 	"SP-32": {
 		why:      "difference 5: no per-pool ceiling on allocation records, so a pool with 5000 records and free addresses still serves",
 		recorded: "threshold of IP records(<=5000)",
@@ -2039,6 +2047,15 @@ func spcRunSP61(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	require.Equal(t, setup.Pool.Routes[0].Dst, fe.Value)
 }
 
+// spcRunSP62: Spiderpool's webhook defaults ipVersion from the subnet, adds
+// the ippool-cidr label and its finalizer, and refuses to change the subnet.
+// The library defaults ipVersion the same way; it keeps no object metadata
+// and admits no updates (README difference 22), so the override states what
+// it does instead, and this runner checks each of those: what the label
+// serves (pools grouped by subnet: cidrGroup), what the finalizer serves (a
+// claim outlives its pool: claimsOutlivePool), and a redefined subnet
+// (update: accepted; new claims come from the new subnet, an owner outside
+// it gets a new address).
 func spcRunSP62(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	var setup struct {
 		Create struct {
@@ -2051,9 +2068,9 @@ func spcRunSP62(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	spcDecode(t, "setup", sc.Setup, &setup)
 	var want struct {
 		AfterCreate struct {
-			IPVersion  int               `json:"ipVersion"`
-			Labels     map[string]string `json:"labels"`
-			Finalizers []string          `json:"finalizers"`
+			IPVersion         int    `json:"ipVersion"`
+			CIDRGroup         string `json:"cidrGroup"`
+			ClaimsOutlivePool bool   `json:"claimsOutlivePool"`
 		} `json:"afterCreate"`
 		Update string `json:"update"`
 	}
@@ -2066,10 +2083,102 @@ func spcRunSP62(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	again, err := ipam.ParsePool(b)
 	require.NoError(t, err)
 	require.Equal(t, want.AfterCreate.IPVersion, again.Family(), "after a round trip: %s", b)
-	t.Logf("not expressed: labels %v and finalizers %v are Kubernetes object metadata, which this library does not manage",
-		want.AfterCreate.Labels, want.AfterCreate.Finalizers)
-	t.Logf("not expressed: %q: the library has no update admission; a PoolSource replaces a pool by name and the Allocator re-indexes it (update to %s)",
-		want.Update, setup.Update.Subnet)
+
+	subnet := netip.MustParsePrefix(setup.Create.Subnet)
+	// pool returns a pool named name in subnet s serving the addresses from
+	// s's 16th to its 16+n-1st.
+	pool := func(name string, s netip.Prefix, from, n int) *ipam.Pool {
+		first := spcNth(s.Addr(), from)
+		return ipam.MustParsePool(fmt.Sprintf(`{"name":%q,"subnet":%q,"ips":["%s-%s"]}`, name, s, first, spcNth(first, n-1)))
+	}
+
+	t.Run("cidrGroup", func(t *testing.T) {
+		// Spiderpool finds the pools of one subnet by the label; ValidatePools
+		// compares the subnets themselves: pools of the same subnet may share
+		// it with disjoint addresses, not with overlapping ones, and a pool of
+		// another subnet that overlaps it is refused.
+		require.Equal(t, subnet.String(), want.AfterCreate.CIDRGroup)
+		peer := pool("peer", subnet, 16, 16)
+		require.NoError(t, ipam.ValidatePools([]*ipam.Pool{created, peer}), "same subnet, disjoint addresses")
+		clash := pool("clash", subnet, 24, 16)
+		err := ipam.ValidatePools([]*ipam.Pool{created, peer, clash})
+		require.ErrorContains(t, err, `overlaps the addresses of pool "peer"`)
+		wider := netip.PrefixFrom(subnet.Addr(), subnet.Bits()-8)
+		other := pool("other", wider, 4096, 16)
+		err = ipam.ValidatePools([]*ipam.Pool{created, other})
+		require.ErrorContains(t, err, fmt.Sprintf(`overlaps pool "pool" whose subnet is %s`, subnet))
+	})
+
+	// One Allocator over a PoolSource whose pools change, as an informer's.
+	src := new(spcSwapSource)
+	catalog := func(pools ...*ipam.Pool) *ipam.Catalog {
+		cat, err := ipam.NewCatalog(pools...)
+		require.NoError(t, err)
+		return cat
+	}
+	st := memstore.New()
+	src.cur.Store(catalog(pool("pool", subnet, 16, 2)))
+	alloc, err := ipam.NewAllocator(ipam.Options{Pools: src, Store: st})
+	require.NoError(t, err)
+	req := func(id string) ipam.Request {
+		return ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"pool"}}}}
+	}
+	// stored returns the addresses each owner holds in the Store.
+	stored := func() map[string][]netip.Addr {
+		cs, err := st.List(t.Context(), "pool")
+		require.NoError(t, err)
+		out := map[string][]netip.Addr{}
+		for _, c := range cs {
+			out[c.Owner.ContainerID] = append(out[c.Owner.ContainerID], c.IP)
+		}
+		return out
+	}
+	held := spcNth(subnet.Addr(), 16)
+
+	t.Run("claimsOutlivePool", func(t *testing.T) {
+		// Spiderpool's finalizer keeps a pool object, which holds its
+		// records, until they are gone. Our claims live in the Store: a pool
+		// that leaves the PoolSource and comes back finds its address held.
+		require.True(t, want.AfterCreate.ClaimsOutlivePool)
+		res, err := alloc.Allocate(t.Context(), req("a"))
+		require.NoError(t, err)
+		require.Equal(t, held, res.IPs[0].Address.Addr())
+		src.cur.Store(catalog())
+		_, err = alloc.Allocate(t.Context(), req("x"))
+		require.ErrorIs(t, err, ipam.ErrNotFound, "the pool is gone")
+		require.Equal(t, map[string][]netip.Addr{"a": {held}}, stored(), "its claim is not")
+		src.cur.Store(catalog(pool("pool", subnet, 16, 2)))
+		res, err = alloc.Allocate(t.Context(), req("b"))
+		require.NoError(t, err)
+		require.Equal(t, spcNth(held, 1), res.IPs[0].Address.Addr(), "the pool is back, a's address still held")
+		_, err = alloc.Allocate(t.Context(), req("c"))
+		require.Error(t, err, "both addresses are held")
+	})
+
+	t.Run("update", func(t *testing.T) {
+		// No admission refuses a new subnet: the PoolSource's definition is
+		// the pool. New claims come from the new subnet; the claims made
+		// before stay in the Store.
+		require.Equal(t, "accepted", want.Update)
+		before := stored()
+		require.Len(t, before, 2, "a and b hold addresses of %s", subnet)
+		next := netip.MustParsePrefix(setup.Update.Subnet)
+		src.cur.Store(catalog(pool("pool", next, 16, 2)))
+		res, err := alloc.Allocate(t.Context(), req("d"))
+		require.NoError(t, err)
+		require.Equal(t, spcNth(next.Addr(), 16), res.IPs[0].Address.Addr(), "a new owner is served from %s", next)
+		after := stored()
+		delete(after, "d")
+		require.Equal(t, before, after, "the claims made before the change are kept")
+
+		// An owner whose address the pool no longer covers gets a new one,
+		// its old claim released.
+		res, err = alloc.Allocate(t.Context(), req("a"))
+		require.NoError(t, err)
+		got := res.IPs[0].Address.Addr()
+		require.Truef(t, next.Contains(got), "a, which held %s, got %s", held, got)
+		require.Equal(t, []netip.Addr{got}, stored()["a"], "a holds its new address alone")
+	})
 }
 
 func spcRunSP64(t *testing.T, sc spcScenario, expect json.RawMessage) {

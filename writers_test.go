@@ -567,3 +567,29 @@ func TestWritersPoolShrunkDuringCreate(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cs, 1, "the claim outside the shrunk pool must be given back: %v", cs)
 }
+
+// A repeat request whose candidate pools are all filtered now (disabled,
+// another node) gets the address its owner holds, as Spiderpool returns the
+// endpoint's allocation, on a Store with or without the exclusive check.
+func TestWritersRepeatWithPoolsFiltered(t *testing.T) {
+	ctx := context.Background()
+	for _, excl := range []bool{true, false} {
+		t.Run(fmt.Sprintf("exclusive=%t", excl), func(t *testing.T) {
+			src := newChangingSource(`{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.20"]}`)
+			var st store.Store = memstore.New()
+			if !excl {
+				st = withoutExclusive(st.(*memstore.Store))
+			}
+			a := mustAllocator(t, src, st)
+			req := ipam.Request{Namespace: "default", Name: "web", UID: "u1",
+				Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["p"]}`}, Interfaces: []ipam.Interface{{Name: "eth0"}}}
+			first, err := a.Allocate(ctx, req)
+			require.NoError(t, err)
+			src.set(`{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.20"],"disable":true}`)
+			again, err := a.Allocate(ctx, req)
+			require.NoError(t, err)
+			require.Equal(t, first.IPs[0].Address, again.IPs[0].Address)
+			require.True(t, again.IPs[0].Reused)
+		})
+	}
+}

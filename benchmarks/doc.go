@@ -17,7 +17,10 @@
 //   - CNI host-local's allocator (containernetworking/plugins,
 //     plugins/ipam/host-local/backend/allocator), once with its disk store
 //     (backend/disk, one file per address in a temporary directory) and once
-//     with its in-memory test store (backend/testing.FakeStore);
+//     with its in-memory test store (backend/testing.FakeStore), and once
+//     over an in-memory store written here that also indexes addresses by
+//     owner (HostLocalIndexed), so that host-local's algorithm is measured
+//     without the FakeStore's scan of every address on each Get and Release;
 //   - Whereabouts' allocation function (pkg/allocate.AssignIP and
 //     DeallocateIP) over an in-memory reservation list: the pure part of
 //     Whereabouts, without the Kubernetes API round trips of its IPPool, so a

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -30,6 +31,32 @@ func HostLocalMem() Peer {
 		},
 		Pair: func(_ string, pool netip.Prefix) (Allocator, Allocator, error) {
 			st := &lockedStore{FakeStore: fakestore.NewFakeStore(map[string]string{}, map[string]net.IP{})}
+			a, err := newHostLocal(pool, st)
+			if err != nil {
+				return nil, nil, err
+			}
+			b, err := newHostLocal(pool, st)
+			return a, b, err
+		},
+	}
+}
+
+// HostLocalIndexed is CNI host-local's allocator over an in-memory store
+// written here (indexedStore) that keeps, besides the address map, an index
+// from owner to addresses, so that the allocator's duplicate check (GetByID)
+// and release (ReleaseByID) cost one map lookup instead of the FakeStore's
+// scan of every address. It is host-local's algorithm at its best: the
+// round-robin iterator probing from last_reserved_ip, one Reserve per
+// candidate, with no store cost that grows with the pool. Its Pair is one
+// store shared by two allocators, its Lock a mutex.
+func HostLocalIndexed() Peer {
+	return Peer{
+		Name: "hostlocal-index",
+		New: func(_ string, pool netip.Prefix) (Allocator, error) {
+			return newHostLocal(pool, newIndexedStore())
+		},
+		Pair: func(_ string, pool netip.Prefix) (Allocator, Allocator, error) {
+			st := newIndexedStore()
 			a, err := newHostLocal(pool, st)
 			if err != nil {
 				return nil, nil, err
@@ -131,6 +158,69 @@ type lockedStore struct {
 
 func (s *lockedStore) Lock() error   { s.mu.Lock(); return nil }
 func (s *lockedStore) Unlock() error { s.mu.Unlock(); return nil }
+
+// indexedStore is host-local's backend.Store in memory, indexed both ways:
+// address to owner, and owner (container ID and interface) to the addresses
+// it holds, so that every method but Lock costs a map operation or two. Its
+// lock is a mutex, which the allocator takes around each Get and Release.
+type indexedStore struct {
+	mu      sync.Mutex
+	byIP    map[netip.Addr]hostLocalOwner
+	byOwner map[hostLocalOwner][]net.IP
+	last    map[string]net.IP // by range ID
+}
+
+// hostLocalOwner is what host-local writes in an address file.
+type hostLocalOwner struct{ id, ifname string }
+
+var _ backend.Store = (*indexedStore)(nil)
+
+func newIndexedStore() *indexedStore {
+	return &indexedStore{byIP: map[netip.Addr]hostLocalOwner{}, byOwner: map[hostLocalOwner][]net.IP{}, last: map[string]net.IP{}}
+}
+
+func (s *indexedStore) Lock() error   { s.mu.Lock(); return nil }
+func (s *indexedStore) Unlock() error { s.mu.Unlock(); return nil }
+func (s *indexedStore) Close() error  { return nil }
+
+// Reserve records ip for the owner unless it is held, and moves the range's
+// cursor to it, as the disk store does.
+func (s *indexedStore) Reserve(id, ifname string, ip net.IP, rangeID string) (bool, error) {
+	a := fromNetIP(ip)
+	if _, held := s.byIP[a]; held {
+		return false, nil
+	}
+	o := hostLocalOwner{id, ifname}
+	s.byIP[a] = o
+	s.byOwner[o] = append(s.byOwner[o], ip)
+	s.last[rangeID] = ip
+	return true, nil
+}
+
+func (s *indexedStore) LastReservedIP(rangeID string) (net.IP, error) {
+	ip, ok := s.last[rangeID]
+	if !ok {
+		return nil, os.ErrNotExist
+	}
+	return ip, nil
+}
+
+// ReleaseByID frees what the owner holds. (The disk store also falls back
+// to files holding the bare container ID, written by host-local before
+// 2018; an indexed store has none.)
+func (s *indexedStore) ReleaseByID(id, ifname string) error {
+	o := hostLocalOwner{id, ifname}
+	for _, ip := range s.byOwner[o] {
+		delete(s.byIP, fromNetIP(ip))
+	}
+	delete(s.byOwner, o)
+	return nil
+}
+
+// GetByID returns the addresses the owner holds; the caller only reads them.
+func (s *indexedStore) GetByID(id, ifname string) []net.IP {
+	return slices.Clip(s.byOwner[hostLocalOwner{id, ifname}])
+}
 
 // WriteHostLocalDir writes the claims of ips, in order, into dir/bench as
 // host-local's disk store writes them (a file per address holding

@@ -54,7 +54,7 @@ type Peer struct {
 
 // Peers returns every peer that runs in memory, this library first.
 func Peers() []Peer {
-	return []Peer{Ours(), Bitmap(), HostLocalMem(), Whereabouts(), GoIPAM()}
+	return []Peer{Ours(), Bitmap(), HostLocalMem(), HostLocalIndexed(), Whereabouts(), GoIPAM()}
 }
 
 // DiskPeers returns the peers that keep their claims in files: on Linux this

@@ -146,20 +146,6 @@ func TestPair(t *testing.T) {
 // the checks the workloads make (every fill in order, no address held or
 // outside the pool), and reads their metrics.
 func TestWorkloads(t *testing.T) {
-	bt := flag.Lookup("test.benchtime")
-	old := bt.Value.String()
-	defer bt.Value.Set(old)
-	run := func(t *testing.T, benchtime string, f func(b *testing.B)) testing.BenchmarkResult {
-		t.Helper()
-		if err := bt.Value.Set(benchtime); err != nil {
-			t.Fatal(err)
-		}
-		r := testing.Benchmark(f)
-		if r.N == 0 {
-			t.Fatalf("the workload failed: %s", lastFailure())
-		}
-		return r
-	}
 	pool26 := netip.MustParsePrefix("10.4.0.0/26")
 	for _, p := range append(Peers(), DiskPeers()...) {
 		t.Run(p.Name, func(t *testing.T) {
@@ -196,6 +182,23 @@ func TestWorkloads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// run runs f as a benchmark for benchtime ("Nx": N ops) and fails t if f
+// failed.
+func run(t *testing.T, benchtime string, f func(b *testing.B)) testing.BenchmarkResult {
+	t.Helper()
+	bt := flag.Lookup("test.benchtime")
+	old := bt.Value.String()
+	defer bt.Value.Set(old)
+	if err := bt.Value.Set(benchtime); err != nil {
+		t.Fatal(err)
+	}
+	r := testing.Benchmark(f)
+	if r.N == 0 {
+		t.Fatalf("the workload failed: %s", lastFailure())
+	}
+	return r
 }
 
 func TestSweeps(t *testing.T) {

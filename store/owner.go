@@ -218,3 +218,17 @@ type ExclusiveCreator interface {
 func Conflicts(c, held Claim) bool {
 	return c.Owner.Query().Matches(held) && held.IP.Is4() == c.IP.Is4()
 }
+
+// OwnedAtLeast is an optional Store capability for a Store whose revisions
+// order every write of the backend (a store-wide revision, as etcd's and
+// Kubernetes' resourceVersion are): an Owned that reflects at least every
+// write up to revision rev, a revision the Store returned, and may be served
+// from a cache that has caught up that far instead of waiting to be as current
+// as Owned must be. An Allocator checks with it, after its own create, that
+// no other claim serves the same owner: it needs every write up to its own,
+// not later ones.
+type OwnedAtLeast interface {
+	// OwnedAtLeast returns what Owned(ctx, q) would have returned at some
+	// moment after the write of revision rev.
+	OwnedAtLeast(ctx context.Context, q OwnerQuery, rev int64) ([]Claim, error)
+}

@@ -221,3 +221,15 @@ type PoolVersioner interface {
 	// in between. An unknown pool has a version too.
 	PoolVersion(ctx context.Context, pool string) (uint64, error)
 }
+
+// OrderedRevisions is an optional Store capability: the Store's revisions
+// follow the order of its writes across the backend, so that a claim written
+// after another has a higher revision, through any Store instance (etcd's
+// store-wide revision, Kubernetes' resourceVersion on etcd, memstore's
+// counter). An Allocator that cannot check an owner's claims in the same step
+// as its create (no ExclusiveCreator) settles two creates for one owner made
+// at the same moment by keeping the claim of the lower revision.
+type OrderedRevisions interface {
+	// RevisionsOrdered reports whether revisions are ordered as above.
+	RevisionsOrdered() bool
+}

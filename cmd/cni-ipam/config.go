@@ -42,6 +42,9 @@ type config struct {
 	Routes     []ipam.Route
 	DataDir    string
 	ResolvConf string
+	// Etcd is the ipam.etcd section: the claims live in etcd instead of the
+	// state directory (see etcd.go). Nil if absent.
+	Etcd json.RawMessage
 	// Pod is the pod the K8S_POD_* CNI_ARGS name, if any.
 	Pod podArgs
 
@@ -158,6 +161,7 @@ type ipamConf struct {
 	DataDir    string            `json:"dataDir"`
 	ResolvConf string            `json:"resolvConf"`
 	Routes     []ipam.Route      `json:"routes"`
+	Etcd       json.RawMessage   `json:"etcd"`
 	ipam.NetConf
 }
 
@@ -207,6 +211,13 @@ func loadConfig(stdin []byte, cniArgs string) (*config, error) {
 		return nil, err
 	}
 	c.Pod = parsePodArgs(cniArgs)
+	if len(ic.Etcd) > 0 && string(ic.Etcd) != "null" {
+		if ic.DataDir != "" {
+			return nil, &codedError{types.ErrInvalidNetworkConfig,
+				errors.New("ipam: etcd and dataDir are mutually exclusive: the claims live in one or the other")}
+		}
+		c.Etcd = ic.Etcd
+	}
 	if len(sc.RawPrevResult) > 0 && string(sc.RawPrevResult) != "null" {
 		// A prevResult that does not parse is ignored, as host-local ignores
 		// every prevResult: a runtime that sends the same broken one again

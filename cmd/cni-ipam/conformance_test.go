@@ -47,10 +47,10 @@ func TestHostLocalVectors(t *testing.T) {
 			if d := cmp.Diff(v.FinalAllocations(diff), allocs); d != "" {
 				t.Errorf("final state directory: address files (-want +got):\n%s", d)
 			}
-			if v.ChecksCursors(diff) {
-				if d := cmp.Diff(v.FinalState.LastReserved, cursors); d != "" {
-					t.Errorf("final state directory: last_reserved_ip files (-want +got):\n%s", d)
-				}
+			wantCursors, err := v.FinalCursors(diff)
+			require.NoError(t, err)
+			if d := cmp.Diff(wantCursors, cursors); d != "" {
+				t.Errorf("final state directory: last_reserved_ip files (-want +got):\n%s", d)
 			}
 		})
 	}

@@ -34,6 +34,7 @@ func TestErrorJSON(t *testing.T) {
 		msg    []string // substrings of msg + details
 		before func(t *testing.T)
 		inFile bool // dataDir is a regular file
+		asIs   bool // conf without dataDir
 	}{
 		{name: "malformed JSON", conf: `{"cniVersion": "1.0.0", "name": "n", "ipam": {`, code: types.ErrDecodingFailure, msg: []string{"unexpected end of JSON input"}},
 		{name: "wrong JSON type", conf: `{"cniVersion": "1.0.0", "name": "n", "ipam": {"ranges": "10.0.0.0/24"}}`, code: types.ErrDecodingFailure, msg: []string{"ranges"}},
@@ -57,6 +58,8 @@ func TestErrorJSON(t *testing.T) {
 		{name: "pools and ranges", conf: `{"cniVersion": "1.0.0", "name": "n", "ipam": {"ranges": [[{"subnet": "10.0.0.0/24"}]], "pools": [{"name": "a", "subnet": "10.5.0.0/24", "ips": ["10.5.0.2"]}]}}`, code: types.ErrInvalidNetworkConfig, msg: []string{"mutually exclusive"}},
 		{name: "pool without name", conf: `{"cniVersion": "1.0.0", "name": "n", "ipam": {"pools": [{"subnet": "10.5.0.0/24", "ips": ["10.5.0.2"]}]}}`, code: types.ErrInvalidNetworkConfig, msg: []string{"ipam.pools[0]: name"}},
 		{name: "unknown default pool", conf: `{"cniVersion": "1.0.0", "name": "n", "ipam": {"pools": [{"name": "a", "subnet": "10.5.0.0/24", "ips": ["10.5.0.2"]}], "default_ipv4_ippool": ["nosuch"]}}`, code: types.ErrInvalidNetworkConfig, msg: []string{`"nosuch"`}},
+		{name: "etcd in a plugin built without it", conf: `{"cniVersion": "1.0.0", "name": "n", "ipam": {"ranges": [[{"subnet": "10.0.0.0/24"}]], "etcd": {"endpoints": ["http://127.0.0.1:2379"]}}}`, code: types.ErrInvalidNetworkConfig, msg: []string{"ipam.etcd", "-tags etcd"}, asIs: true},
+		{name: "etcd and dataDir", conf: `{"cniVersion": "1.0.0", "name": "n", "ipam": {"ranges": [[{"subnet": "10.0.0.0/24"}]], "etcd": {"endpoints": ["http://127.0.0.1:2379"]}}}`, code: types.ErrInvalidNetworkConfig, msg: []string{"etcd and dataDir are mutually exclusive"}},
 		{name: "requested IP with pools", conf: `{"cniVersion": "1.0.0", "name": "n", "ipam": {"pools": [{"name": "a", "subnet": "10.5.0.0/24", "ips": ["10.5.0.2"]}], "default_ipv4_ippool": ["a"]}}`, args: "IP=10.5.0.2", code: types.ErrInvalidNetworkConfig, msg: []string{"need ipam.ranges"}},
 	}
 	for _, tt := range tests {
@@ -67,7 +70,7 @@ func TestErrorJSON(t *testing.T) {
 				file := filepath.Join(t.TempDir(), "file")
 				require.NoError(t, os.WriteFile(file, nil, 0o644))
 				conf = netconf(t, tt.conf, file)
-			case tt.name != "malformed JSON":
+			case tt.name != "malformed JSON" && !tt.asIs:
 				conf = netconf(t, tt.conf, dataDir)
 			}
 			if tt.before != nil {

@@ -57,12 +57,17 @@ func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session
 	if err != nil {
 		return toCNI(cfg, err)
 	}
-	st, closer, err := p.openCtx(ctx, cfg.Dir(), locs)
-	if err != nil {
+	var st store.Store
+	var closer io.Closer
+	if cfg.Etcd != nil {
+		st, closer, err = openEtcd(cfg.Etcd, cfg.Name)
+	} else if st, closer, err = p.openCtx(ctx, cfg.Dir(), locs); err != nil {
 		err = fmt.Errorf("opening state directory %s: %w", cfg.Dir(), err)
 		if ctx.Err() == nil {
 			err = &codedError{types.ErrIOFailure, err}
 		}
+	}
+	if err != nil {
 		return toCNI(cfg, err)
 	}
 	defer func() {
@@ -352,6 +357,9 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
 			return toCNI(cfg, &codedError{types.ErrInvalidNetworkConfig, fmt.Errorf("ipam.resolvConf: %w", err)})
 		}
 	}
+	if cfg.Etcd != nil {
+		return etcdStatus(cfg.Etcd, cfg.Name, cfg.Pools, p.timeout)
+	}
 	if err := usableDir(cfg.Dir()); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("state directory %s: %v", cfg.Dir(), err), "")
 	}
@@ -391,7 +399,8 @@ func cniError(c *config, err error) *types.Error {
 		details = traceOf(err)
 	}
 	switch {
-	case errors.Is(err, store.ErrConflict), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, store.ErrConflict), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		etcdUnavailable(err):
 		return types.NewError(types.ErrTryAgainLater, "try again later: "+err.Error(), details)
 	case errors.Is(err, ipam.ErrInvalid), errors.Is(err, ipam.ErrNotFound):
 		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), details)

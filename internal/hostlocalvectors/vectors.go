@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -84,9 +85,10 @@ type Difference struct {
 	Why    string              `json:"why"`
 	Expect map[int]Expectation `json:"expect,omitempty"` // op index -> what we do instead
 	Final  map[string]string   `json:"final,omitempty"`  // allocations afterwards, if different
-	// Cursor: the final last-reserved addresses differ (difference 3: a failed
-	// ADD does not advance the cursor, or host-local's own bug).
-	Cursor bool `json:"cursor,omitempty"`
+	// Cursor is the last-reserved address of each range set afterwards
+	// (last_reserved_ip.<index>), by index, where ours differ from
+	// host-local's: what we leave instead, which the tests assert.
+	Cursor map[string]string `json:"cursor,omitempty"`
 }
 
 // Want returns what op i of v must answer with difference d applied, and the
@@ -110,10 +112,20 @@ func (v Vector) FinalAllocations(d Difference) map[string]string {
 	return v.FinalState.Allocations
 }
 
-// ChecksCursors reports whether v's final cursors must match host-local's:
-// not where d says they differ, nor where host-local's were random.
-func (v Vector) ChecksCursors(d Difference) bool {
-	return !d.Cursor && !strings.Contains(fmt.Sprint(v.FinalState.LastReserved), "random")
+// FinalCursors returns the last-reserved address of each range set that v
+// must end with, by index, d applied: host-local's, or ours where d says
+// they differ. It is an error for d to leave a cursor host-local chose at
+// random (recorded as "... (random)") unstated.
+func (v Vector) FinalCursors(d Difference) (map[string]string, error) {
+	if d.Cursor != nil {
+		return d.Cursor, nil
+	}
+	for idx, ip := range v.FinalState.LastReserved {
+		if strings.Contains(ip, "random") {
+			return nil, fmt.Errorf("vector %s: host-local's last_reserved_ip.%s was random (%q): the differences must state ours", v.Name, idx, ip)
+		}
+	}
+	return v.FinalState.LastReserved, nil
 }
 
 // dir is testdata/conformance, found from this file's place in the tree.
@@ -154,16 +166,27 @@ func LoadDifferences(vs []Vector) (map[string]Difference, error) {
 	if err := json.Unmarshal(data, &ds); err != nil {
 		return nil, fmt.Errorf("host-local-differences.json: %w", err)
 	}
+	return ds, checkDifferences(ds, vs)
+}
+
+// checkDifferences checks that each difference gives its reason, names a
+// vector of vs, and states cursors only where they differ from host-local's.
+func checkDifferences(ds map[string]Difference, vs []Vector) error {
 	var errs []error
 	for name, d := range ds {
 		if d.Why == "" {
 			errs = append(errs, fmt.Errorf("override %s gives no reason", name))
 		}
-		if !slices.ContainsFunc(vs, func(v Vector) bool { return v.Name == name }) {
+		i := slices.IndexFunc(vs, func(v Vector) bool { return v.Name == name })
+		if i < 0 {
 			errs = append(errs, fmt.Errorf("difference for %q names no vector", name))
+			continue
+		}
+		if d.Cursor != nil && maps.Equal(d.Cursor, vs[i].FinalState.LastReserved) {
+			errs = append(errs, fmt.Errorf("difference for %q states host-local's own cursors %v: drop it", name, d.Cursor))
 		}
 	}
-	return ds, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // WithRequests returns config with ips as its runtimeConfig's requested

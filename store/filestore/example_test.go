@@ -58,11 +58,13 @@ func Example() {
 // A directory written by host-local is read as it is, including files in the
 // legacy form that holds only a container ID, and the cursor file.
 func ExampleStore_List() {
-	dir, err := os.MkdirTemp("", "mynet")
+	dataDir, err := os.MkdirTemp("", "cni-networks")
 	if err != nil {
 		panic(err)
 	}
-	defer os.RemoveAll(dir)
+	defer os.RemoveAll(dataDir)
+	dir := filepath.Join(dataDir, "mynet")
+	os.Mkdir(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "10.1.2.2"), []byte("example\r\ndummy0"), 0o600)
 	os.WriteFile(filepath.Join(dir, "10.1.2.3"), []byte("legacyid\n"), 0o600)
 	os.WriteFile(filepath.Join(dir, "last_reserved_ip.0"), []byte("10.1.2.3"), 0o600)
@@ -98,11 +100,13 @@ func ExampleStore_List() {
 // and writing it leaves, is reported by List with the file's name, next to the
 // claims that could be read; its address stays taken.
 func ExampleCorruptError() {
-	dir, err := os.MkdirTemp("", "mynet")
+	dataDir, err := os.MkdirTemp("", "cni-networks")
 	if err != nil {
 		panic(err)
 	}
-	defer os.RemoveAll(dir)
+	defer os.RemoveAll(dataDir)
+	dir := filepath.Join(dataDir, "mynet")
+	os.Mkdir(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "10.1.2.2"), []byte("example\r\ndummy0"), 0o600)
 	os.WriteFile(filepath.Join(dir, "10.1.2.3"), nil, 0o600)
 
@@ -130,4 +134,58 @@ func ExampleCorruptError() {
 	// 10.1.2.3 empty file
 	// true
 	// <nil>
+}
+
+// CreateExclusive serves a container once per interface and IP family: a
+// second address of the same family on the same interface is refused with a
+// *store.HeldError naming the claim that stands in the way, even from
+// another process. Owned finds a container's claims through the owner index
+// beside the network directory, without reading other containers' files.
+func ExampleStore_CreateExclusive() {
+	dataDir, err := os.MkdirTemp("", "cni-networks")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dataDir)
+
+	ctx := context.Background()
+	s, err := filestore.Open(filepath.Join(dataDir, "mynet"), filestore.Options{Pools: []filestore.Pool{
+		{Name: "mynet/0", Index: 0, Prefixes: []netip.Prefix{netip.MustParsePrefix("10.1.2.0/24")}},
+		{Name: "mynet/1", Index: 1, Prefixes: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/64")}},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close()
+
+	eth0 := store.Owner{ContainerID: "example", Interface: "eth0"}
+	for _, c := range []store.Claim{
+		{Pool: "mynet/0", IP: netip.MustParseAddr("10.1.2.2"), Owner: eth0},
+		{Pool: "mynet/1", IP: netip.MustParseAddr("2001:db8:1::2"), Owner: eth0},
+		{Pool: "mynet/0", IP: netip.MustParseAddr("10.1.2.3"), Owner: eth0},
+	} {
+		_, err := s.CreateExclusive(ctx, c)
+		var held *store.HeldError
+		switch {
+		case errors.As(err, &held):
+			fmt.Printf("%s refused: %s holds %s\n", c.IP, c.Owner, held.Held[0].IP)
+		case err != nil:
+			panic(err)
+		default:
+			fmt.Printf("%s created\n", c.IP)
+		}
+	}
+	claims, err := s.Owned(ctx, store.ByContainer("example").On("eth0"))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(claims), "claims")
+	link, _ := os.Readlink(filepath.Join(dataDir, ".ipam-owners", "mynet", "example"))
+	fmt.Println("index entry:", link)
+	// Output:
+	// 10.1.2.2 created
+	// 2001:db8:1::2 created
+	// 10.1.2.3 refused: container example eth0 holds 10.1.2.2
+	// 2 claims
+	// index entry: 10.1.2.2,2001:db8:1::2
 }

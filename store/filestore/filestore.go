@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -19,11 +21,12 @@ import (
 	"github.com/ipamkit/ipam/store"
 )
 
-// Compile-time checks that *Store provides the contract and its capability.
+// Compile-time checks that *Store provides the contract and its capabilities.
 var (
-	_ store.Store         = (*Store)(nil)
-	_ store.Cursors       = (*Store)(nil)
-	_ store.CursorCreator = (*Store)(nil)
+	_ store.Store            = (*Store)(nil)
+	_ store.Cursors          = (*Store)(nil)
+	_ store.CursorCreator    = (*Store)(nil)
+	_ store.ExclusiveCreator = (*Store)(nil)
 )
 
 // Pool maps a pool name onto the network directory: which addresses belong to
@@ -68,6 +71,16 @@ type Options struct {
 	// first (see the package documentation). A process crash loses nothing
 	// either way.
 	Sync bool
+	// IndexDir is the directory of the owner index (see the package
+	// documentation, Owners). By default it is .ipam-owners/<network name>
+	// in the directory that holds the network directory: <dataDir>/
+	// .ipam-owners/<name>, which no CNI network can be called. It must not
+	// be inside the network directory, whose every file host-local reads,
+	// and every Store of one network directory must use the same.
+	IndexDir string
+	// Logger receives what the owner index reports: each rebuild and why,
+	// and corrupt index files, by name. Nil discards it.
+	Logger *slog.Logger
 }
 
 // Validate reports every problem of o at once, each naming the field.
@@ -123,8 +136,9 @@ func (o Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Store is a store.Store, with store.Cursors and store.CursorCreator, on one
-// network directory in host-local's format (see the package documentation).
+// Store is a store.Store, with store.Cursors, store.CursorCreator and
+// store.ExclusiveCreator, on one network directory in host-local's format
+// (see the package documentation).
 //
 // The zero Store is not usable; create one with Open. A *Store is safe for
 // concurrent use by multiple goroutines, and by other processes on the same
@@ -133,8 +147,23 @@ type Store struct {
 	dir    string
 	sync   bool
 	pools  map[string]*pool
-	lockFd int // the lock file, for flock
-	dirFd  int // the directory, for fsync
+	order  []*pool // the pools in Options order
+	lockFd int     // the lock file, for flock
+	// dirs are the network and index directories, open. Readers without
+	// the lock use them; a rebuild under the lock replaces them if the
+	// directories were made again, and retires the old descriptors, which
+	// Close closes.
+	dirs    atomic.Pointer[dirFds]
+	retired []int
+
+	idxDir string                     // the owner index's directory
+	boot   string                     // this boot's ID
+	state  atomic.Pointer[indexState] // the index's state as last read or written
+	log    *slog.Logger
+	// markWarn logs once that the directories cannot be marked.
+	markWarn sync.Once
+	// hook, if set (by tests), is called at each step of a write.
+	hook func(step string)
 
 	sem        chan struct{} // held by the goroutine that holds the flock
 	closed     atomic.Bool
@@ -151,8 +180,11 @@ type pool struct {
 }
 
 // Open opens the network directory dir, <dataDir>/<network name>, creating it
-// with mode 0755 and its lock file if missing, and removes the temporary files
-// a crashed writer left in it. Close releases the Store's descriptors.
+// with mode 0755 and its lock file if missing, and its owner index directory
+// (Options.IndexDir) with mode 0700. If the index is not known to be complete
+// and no other process holds the lock, it rebuilds the index, which reads
+// every claim file, and removes the temporary files a crashed writer left in
+// either directory. Close releases the Store's descriptors.
 func Open(dir string, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
@@ -160,11 +192,30 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
 	}
+	idx := opts.IndexDir
+	if idx == "" {
+		var err error
+		if idx, err = indexDir(dir); err != nil {
+			return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
+		}
+	}
+	if err := checkIndexDir(dir, idx); err != nil {
+		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(idx, 0o700); err != nil {
+		return nil, fmt.Errorf("filestore: open %s: owner index: %w", dir, err)
+	}
 	s := &Store{
-		dir:   strings.TrimSuffix(dir, "/"),
-		sync:  opts.Sync,
-		pools: make(map[string]*pool, len(opts.Pools)),
-		sem:   make(chan struct{}, 1),
+		dir:    strings.TrimSuffix(dir, "/"),
+		sync:   opts.Sync,
+		pools:  make(map[string]*pool, len(opts.Pools)),
+		sem:    make(chan struct{}, 1),
+		idxDir: strings.TrimSuffix(idx, "/"),
+		boot:   bootID(),
+		log:    opts.Logger,
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.dir == "" {
 		s.dir = "/"
@@ -178,48 +229,54 @@ func Open(dir string, opts Options) (*Store, error) {
 	for _, p := range opts.Pools {
 		p.Prefixes = append([]netip.Prefix(nil), p.Prefixes...)
 		s.pools[p.Name] = &pool{Pool: p, cursorPath: s.path(cursorPrefix + strconv.Itoa(p.Index)), cursorFd: -1}
+		s.order = append(s.order, s.pools[p.Name])
 	}
 	var err error
 	// host-local creates the lock file O_CREAT|O_RDONLY with mode 0750.
 	if s.lockFd, err = openFile(s.path(lockName), syscall.O_RDONLY|syscall.O_CREAT|syscall.O_CLOEXEC, 0o750); err != nil {
 		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
 	}
-	if s.dirFd, err = openFile(s.dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err != nil {
+	fds := &dirFds{}
+	if fds.net, err = openFile(s.dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err != nil {
 		syscall.Close(s.lockFd)
 		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
 	}
-	if err := s.removeTemps(); err != nil {
+	if fds.idx, err = openFile(s.idxDir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err != nil {
+		syscall.Close(s.lockFd)
+		syscall.Close(fds.net)
+		return nil, fmt.Errorf("filestore: open %s: owner index: %w", dir, err)
+	}
+	s.dirs.Store(fds)
+	if err := s.refresh(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("filestore: open %s: %w", dir, err)
 	}
 	return s, nil
 }
 
-// removeTemps removes, under the lock, the temporary files that a writer that
-// died left behind. Every temporary file is created and removed under the
-// lock, so none is in use while it is held. If another process holds the lock
-// now, it does nothing rather than wait: that process is alive, and a later
-// Open cleans up.
-func (s *Store) removeTemps() error {
+// refresh rebuilds the owner index, under the lock, if it is not known to be
+// complete: after host-local or another program changed the directory, after
+// a writer died (which also removes the temporary files it left), after a
+// reboot. Every temporary file is created and removed under the lock, so none
+// is in use while it is held. If another process holds the lock now, it does
+// nothing rather than wait: that process is alive, and the first call that
+// needs the index rebuilds it.
+func (s *Store) refresh() error {
 	if ok, err := s.tryLock(); err != nil || !ok {
 		return err
 	}
 	defer s.unlock()
-	return s.walk(func(name string) error {
-		if !strings.HasPrefix(name, tmpPrefix) {
-			return nil
-		}
-		if err := syscall.Unlink(s.path(name)); err != nil && err != syscall.ENOENT {
-			return &fs.PathError{Op: "unlink", Path: s.path(name), Err: err}
-		}
-		return nil
-	})
+	if _, why := s.indexValid(); why != "" {
+		_, err := s.rebuild(context.Background(), why)
+		return err
+	}
+	return nil
 }
 
-// walk calls f with the name of every entry of the directory, in directory
+// walk calls f with the name of every entry of directory dir, in directory
 // order, reading the names in batches.
-func (s *Store) walk(f func(name string) error) error {
-	d, err := os.Open(s.dir)
+func (s *Store) walk(dir string, f func(name string) error) error {
+	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
@@ -250,7 +307,11 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return fmt.Errorf("filestore: close %s: %w", s.dir, os.ErrClosed)
 	}
-	errs := []error{syscall.Close(s.lockFd), syscall.Close(s.dirFd)}
+	fds := s.dirs.Load()
+	errs := []error{syscall.Close(s.lockFd), syscall.Close(fds.net), syscall.Close(fds.idx)}
+	for _, fd := range s.retired {
+		errs = append(errs, syscall.Close(fd))
+	}
 	for _, p := range s.pools {
 		if p.cursorFd >= 0 {
 			errs = append(errs, syscall.Close(p.cursorFd))
@@ -311,7 +372,7 @@ func (s *Store) Get(ctx context.Context, poolName string, ip netip.Addr) (store.
 // or linked under a second name (a Create publishing it): reading it again
 // under the lock gives the settled answer.
 func (s *Store) readClaim(p *pool, ip netip.Addr, path string) (c store.Claim, again bool, err error) {
-	data, st, bad, err := s.readFile(path)
+	data, st, bad, err := s.readFile(path, true)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return store.Claim{}, false, fmt.Errorf("%s: %w", path, store.ErrNotFound)
@@ -332,6 +393,11 @@ func (s *Store) readClaim(p *pool, ip netip.Addr, path string) (c store.Claim, a
 // List returns every claim of pool, in no particular order, in a new slice the
 // caller owns. An unknown pool has no claims.
 //
+// It reads the directory and every file of the pool's addresses under the
+// lock, so that what it returns is the directory at one moment: no claim
+// deleted and another created meanwhile are both in it. Writers, this
+// package's and host-local's, wait for it meanwhile.
+//
 // If some files of the pool's addresses are corrupt, List returns the claims it
 // could read together with an error that joins one *CorruptError per corrupt
 // file (errors.Is(err, ErrCorrupt) reports true); their addresses stay taken.
@@ -347,13 +413,16 @@ func (s *Store) List(ctx context.Context, poolName string) ([]store.Claim, error
 	if p == nil {
 		return []store.Claim{}, nil
 	}
+	if err := s.lock(ctx); err != nil {
+		return fail(err)
+	}
+	defer s.unlock()
 	var (
 		claims  = []store.Claim{}
 		corrupt []error
-		again   []netip.Addr // to read again under the lock
 		n       int
 	)
-	err := s.walk(func(name string) error {
+	err := s.walk(s.dir, func(name string) error {
 		if n++; n%256 == 0 {
 			if err := ctx.Err(); err != nil {
 				return err
@@ -367,11 +436,12 @@ func (s *Store) List(ctx context.Context, poolName string) ([]store.Claim, error
 			corrupt = append(corrupt, &CorruptError{Path: s.path(name), IP: ip, Reason: "file name " + badName})
 			return nil
 		}
-		c, retry, err := s.readClaim(p, ip, s.path(name))
+		c, _, err := s.readClaim(p, ip, s.path(name))
+		var ce *CorruptError
 		switch {
-		case retry:
-			again = append(again, ip)
-		case errors.Is(err, store.ErrNotFound): // deleted since the directory was read
+		case errors.As(err, &ce):
+			corrupt = append(corrupt, ce)
+		case errors.Is(err, store.ErrNotFound): // removed by a writer that does not lock
 		case err != nil:
 			return err
 		default:
@@ -382,65 +452,10 @@ func (s *Store) List(ctx context.Context, poolName string) ([]store.Claim, error
 	if err != nil {
 		return fail(err)
 	}
-	if len(again) > 0 {
-		if err := s.lock(ctx); err != nil {
-			return fail(err)
-		}
-		for _, ip := range again {
-			c, _, err := s.readClaim(p, ip, s.claimPath(ip))
-			var ce *CorruptError
-			switch {
-			case errors.As(err, &ce):
-				corrupt = append(corrupt, ce)
-			case errors.Is(err, store.ErrNotFound):
-			case err != nil:
-				s.unlock()
-				return fail(err)
-			default:
-				claims = append(claims, c)
-			}
-		}
-		s.unlock()
-	}
 	if len(corrupt) > 0 {
 		return claims, fmt.Errorf("filestore: list %s: %d corrupt claim files: %w", poolName, len(corrupt), errors.Join(corrupt...))
 	}
 	return claims, nil
-}
-
-// Owned returns the claims of q's container, read from every claim file of
-// every pool, as host-local's GetByID reads them. The format keeps container
-// IDs only, so a query by UID or name has no claims.
-//
-// It reads every claim file: an owner index that answers without doing so is
-// still to come.
-func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
-	if err := q.Validate(); err != nil {
-		return nil, fmt.Errorf("filestore: %w", err)
-	}
-	if err := s.ready(ctx); err != nil {
-		return nil, fmt.Errorf("filestore: owned %s: %w", q, err)
-	}
-	if q.Kind != store.KindContainer {
-		return nil, nil
-	}
-	var out []store.Claim
-	var errs []error
-	for name := range s.pools {
-		cs, err := s.List(ctx, name)
-		if err != nil {
-			if !errors.Is(err, store.ErrCorrupt) {
-				return nil, err
-			}
-			errs = append(errs, err)
-		}
-		for _, c := range cs {
-			if q.Matches(c) {
-				out = append(out, c)
-			}
-		}
-	}
-	return out, errors.Join(errs...)
 }
 
 // ready reports why the Store cannot serve a call: ctx is done, or it is closed.
@@ -473,7 +488,7 @@ func checkClaim(c store.Claim) error {
 // written in host-local's format (ErrUnsupportedOwner), or if its pool is not
 // one of Options.Pools or does not contain its address.
 func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
-	return s.create(ctx, c, false)
+	return s.create(ctx, c, createPlain)
 }
 
 // CreateAndSetCursor is Create and, if the claim was created, SetCursor(c.Pool,
@@ -484,11 +499,18 @@ func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) 
 // both files; should it fail, the claim is taken back, as Create takes it
 // back, but the cursor may already have moved to its address.
 func (s *Store) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
-	return s.create(ctx, c, true)
+	return s.create(ctx, c, createCursor)
 }
 
-// create is Create, and with setCursor CreateAndSetCursor.
-func (s *Store) create(ctx context.Context, c store.Claim, setCursor bool) (store.Claim, error) {
+// The kinds of create.
+const (
+	createPlain     = iota // Create
+	createCursor           // CreateAndSetCursor
+	createExclusive        // CreateExclusive
+)
+
+// create is Create, CreateAndSetCursor or CreateExclusive, as kind says.
+func (s *Store) create(ctx context.Context, c store.Claim, kind int) (store.Claim, error) {
 	fail := func(err error) (store.Claim, error) {
 		return store.Claim{}, fmt.Errorf("filestore: create %s/%s: %w", c.Pool, c.IP, err)
 	}
@@ -505,15 +527,68 @@ func (s *Store) create(ctx context.Context, c store.Claim, setCursor bool) (stor
 	case !p.contains(c.IP):
 		return fail(fmt.Errorf("ip %s is not in pool %q's prefixes %v", c.IP, c.Pool, p.Prefixes))
 	}
-	if err := s.lock(ctx); err != nil {
-		return fail(err)
-	}
-	defer s.unlock()
-	path := s.claimPath(c.IP)
-	data := content(c.Owner)
-	f, err := s.writeClaim(data, c.Time)
+	h, err := s.begin(ctx)
 	if err != nil {
 		return fail(err)
+	}
+	defer s.end(h)
+	id := c.Owner.ContainerID
+	if kind == createExclusive {
+		held, err := s.owned(ctx, h, id)
+		if err != nil {
+			return fail(err)
+		}
+		if err := heldError(c, held); err != nil {
+			return store.Claim{}, fmt.Errorf("filestore: %w", err)
+		}
+	}
+	path := s.claimPath(c.IP)
+	var st syscall.Stat_t
+	switch err := retryEINTR(func() error { return syscall.Lstat(path, &st) }); err {
+	case nil:
+		return fail(fmt.Errorf("%s: %w", path, store.ErrExists))
+	case syscall.ENOENT:
+	default:
+		return fail(&fs.PathError{Op: "lstat", Path: path, Err: err})
+	}
+	// The index entry comes first, so that no claim file of this package's
+	// is ever without one.
+	if err := s.addEntry(h, id, c.IP); err != nil {
+		return fail(err)
+	}
+	s.step(stepEntryAdded)
+	f, err := s.publishClaim(h, c, path)
+	if err != nil {
+		s.dropEntry(h, id, c.IP)
+		return fail(err)
+	}
+	defer syscall.Close(f.fd)
+	s.step(stepPublished)
+	if kind != createPlain {
+		s.putCursor(p, c.IP) // a hint: a failure leaves the claim as it is
+		s.step(stepCursor)
+	}
+	if err := s.syncDir(); err != nil {
+		syscall.Unlink(path) // not durable: take it back, still under the lock
+		s.dropEntry(h, id, c.IP)
+		return fail(err)
+	}
+	st2, err := s.stat(f.fd, path, true)
+	if err != nil {
+		return fail(err)
+	}
+	c.Time, c.Revision = st2.mtime, st2.rev
+	return c, nil
+}
+
+// publishClaim writes c's claim file and names it path, under h. It returns
+// an error wrapping store.ErrExists if path exists.
+func (s *Store) publishClaim(h *hold, c store.Claim, path string) (claimFile, error) {
+	data := content(c.Owner)
+	h.netChanged = true // a temporary file, or the claim's name
+	f, err := s.writeClaim(data, c.Time)
+	if err != nil {
+		return claimFile{}, err
 	}
 	err = s.publish(f, path)
 	if err == errUnnamed {
@@ -521,60 +596,59 @@ func (s *Store) create(ctx context.Context, c store.Claim, setCursor bool) (stor
 		// again under a temporary name.
 		syscall.Close(f.fd)
 		if f, err = s.writeClaim(data, c.Time); err != nil {
-			return fail(err)
+			return claimFile{}, err
 		}
 		err = s.publish(f, path)
 	}
-	defer syscall.Close(f.fd)
 	switch {
 	case err == syscall.EEXIST:
-		return fail(fmt.Errorf("%s: %w", path, store.ErrExists))
+		syscall.Close(f.fd)
+		return claimFile{}, fmt.Errorf("%s: %w", path, store.ErrExists)
 	case err != nil:
-		return fail(err)
+		syscall.Close(f.fd)
+		return claimFile{}, err
 	}
-	// Published.
-	if setCursor {
-		s.putCursor(p, c.IP) // a hint: a failure leaves the claim as it is
-	}
-	if err := s.syncDir(); err != nil {
-		syscall.Unlink(path) // not durable: take it back, still under the lock
-		return fail(err)
-	}
-	st, err := s.stat(f.fd, path)
-	if err != nil {
-		return fail(err)
-	}
-	c.Time, c.Revision = st.mtime, st.rev
-	return c, nil
+	return f, nil
 }
 
 // current opens the claim file of ip, under the lock, and checks that its
-// revision is rev. It returns the open descriptor, which the caller closes, or
-// an error wrapping store.ErrNotFound or store.ErrConflict. A corrupt file has
-// a revision like any other, so a writer that read it from a *CorruptError can
+// revision is rev. It returns the open descriptor, which the caller closes,
+// and the container ID the file holds ("" if it is corrupt), or an error
+// wrapping store.ErrNotFound or store.ErrConflict. A corrupt file has a
+// revision like any other, so a writer that read it from a *CorruptError can
 // replace or remove it.
-func (s *Store) current(ip netip.Addr, rev int64) (int, error) {
+func (s *Store) current(ip netip.Addr, rev int64) (fd int, id string, err error) {
 	path := s.claimPath(ip)
-	fd, err := openFile(path, openFlags, 0)
+	fd, err = openFile(path, openFlags, 0)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return -1, fmt.Errorf("%s: %w", path, store.ErrNotFound)
+		return -1, "", fmt.Errorf("%s: %w", path, store.ErrNotFound)
 	case errors.Is(err, syscall.ELOOP):
 		// A symbolic link has no revision a caller could know.
-		return -1, fmt.Errorf("%s is a symbolic link: %w", path, store.ErrConflict)
+		return -1, "", fmt.Errorf("%s is a symbolic link: %w", path, store.ErrConflict)
 	case err != nil:
-		return -1, err
+		return -1, "", err
 	}
-	st, err := s.stat(fd, path)
+	st, err := s.stat(fd, path, true)
 	if err != nil {
 		syscall.Close(fd)
-		return -1, err
+		return -1, "", err
 	}
 	if st.rev != rev {
 		syscall.Close(fd)
-		return -1, fmt.Errorf("%s at revision %d (current %d): %w", path, rev, st.rev, store.ErrConflict)
+		return -1, "", fmt.Errorf("%s at revision %d (current %d): %w", path, rev, st.rev, store.ErrConflict)
 	}
-	return fd, nil
+	if st.regular && st.size <= maxFileSize {
+		data, err := readAll(fd, path, st.size)
+		if err != nil {
+			syscall.Close(fd)
+			return -1, "", err
+		}
+		if owner, bad := parseContent(data); bad == "" {
+			id = owner.ContainerID
+		}
+	}
+	return fd, id, nil
 }
 
 // Update replaces the claim for (c.Pool, c.IP) with c if its current revision is
@@ -598,18 +672,27 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 	if p == nil || !p.contains(c.IP) {
 		return fail(store.ErrNotFound)
 	}
-	if err := s.lock(ctx); err != nil {
+	h, err := s.begin(ctx)
+	if err != nil {
 		return fail(err)
 	}
-	defer s.unlock()
-	old, err := s.current(c.IP, rev)
+	defer s.end(h)
+	old, oldID, err := s.current(c.IP, rev)
 	if err != nil {
 		return fail(err)
 	}
 	// Holding the old file open keeps its inode in use, so the new file gets
 	// another inode number and so another revision.
 	defer syscall.Close(old)
+	id := c.Owner.ContainerID
+	if id != oldID {
+		if err := s.addEntry(h, id, c.IP); err != nil {
+			return fail(err)
+		}
+		s.step(stepEntryAdded)
+	}
 	path := s.claimPath(c.IP)
+	h.netChanged = true
 	tmp, fd, err := s.writeTemp(content(c.Owner), c.Time)
 	if err != nil {
 		return fail(err)
@@ -619,10 +702,15 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 		syscall.Unlink(tmp)
 		return fail(&os.LinkError{Op: "rename", Old: tmp, New: path, Err: err})
 	}
+	s.step(stepReplaced)
+	if oldID != "" && oldID != id {
+		s.dropEntry(h, oldID, c.IP)
+		s.step(stepEntryDropped)
+	}
 	if err := s.syncDir(); err != nil {
 		return fail(err)
 	}
-	st, err := s.stat(fd, path)
+	st, err := s.stat(fd, path, true)
 	if err != nil {
 		return fail(err)
 	}
@@ -647,21 +735,29 @@ func (s *Store) Delete(ctx context.Context, poolName string, ip netip.Addr, rev 
 	if p := s.pools[poolName]; p == nil || !p.contains(ip) {
 		return fail(store.ErrNotFound)
 	}
-	if err := s.lock(ctx); err != nil {
+	h, err := s.begin(ctx)
+	if err != nil {
 		return fail(err)
 	}
-	defer s.unlock()
-	fd, err := s.current(ip, rev)
+	defer s.end(h)
+	fd, id, err := s.current(ip, rev)
 	if err != nil {
 		return fail(err)
 	}
 	defer syscall.Close(fd)
 	path := s.claimPath(ip)
+	h.netChanged = true
 	if err := syscall.Unlink(path); err != nil {
 		return fail(&fs.PathError{Op: "unlink", Path: path, Err: err})
 	}
+	s.step(stepRemoved)
 	if err := s.syncDir(); err != nil {
 		return fail(err)
+	}
+	// The index entry goes last, so that no claim file is ever without one.
+	if id != "" {
+		s.dropEntry(h, id, ip)
+		s.step(stepEntryDropped)
 	}
 	return nil
 }
@@ -697,7 +793,7 @@ func (s *Store) Cursor(ctx context.Context, poolName string) (netip.Addr, error)
 
 // readCursor reads p's cursor file, under the lock.
 func (s *Store) readCursor(p *pool) (netip.Addr, error) {
-	data, _, bad, err := s.readFile(p.cursorPath)
+	data, _, bad, err := s.readFile(p.cursorPath, false)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return netip.Addr{}, nil
@@ -740,17 +836,21 @@ func (s *Store) SetCursor(ctx context.Context, poolName string, ip netip.Addr) e
 	case ip.IsValid() && !p.contains(ip):
 		return fail(fmt.Errorf("ip %s is not in pool %q's prefixes %v", ip, poolName, p.Prefixes))
 	}
-	if err := s.lock(ctx); err != nil {
+	h, err := s.begin(ctx)
+	if err != nil {
 		return fail(err)
 	}
-	defer s.unlock()
+	defer s.end(h)
 	if !ip.IsValid() {
 		s.forgetCursor(p)
+		h.netChanged = true
 		if err := syscall.Unlink(p.cursorPath); err != nil && err != syscall.ENOENT {
 			return fail(&fs.PathError{Op: "unlink", Path: p.cursorPath, Err: err})
 		}
-	} else if err := s.putCursor(p, ip); err != nil {
+	} else if replaced, err := s.putCursor(p, ip); err != nil {
 		return fail(err)
+	} else if replaced {
+		h.netChanged = true
 	}
 	if err := s.syncDir(); err != nil {
 		return fail(err)
@@ -763,21 +863,22 @@ func (s *Store) SetCursor(ctx context.Context, poolName string, ip netip.Addr) e
 // host-local rewrites it, which creates no inode and changes no directory.
 // Otherwise (no file yet, a longer old content, not a regular file, and always
 // with Sync) it writes a temporary file, fsynced with Sync, and renames it over
-// the cursor file. The caller fsyncs the directory.
-func (s *Store) putCursor(p *pool, ip netip.Addr) error {
+// the cursor file, and reports that it changed the directory. The caller
+// fsyncs the directory.
+func (s *Store) putCursor(p *pool, ip netip.Addr) (replaced bool, err error) {
 	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255")]byte
 	data := ip.AppendTo(buf[:0])
 	if !s.sync && s.overwrite(p, data) {
-		return nil
+		return false, nil
 	}
 	tmp, fd, err := s.writeTemp(data, time.Time{})
 	if err != nil {
-		return err
+		return true, err
 	}
 	if err := retryEINTR(func() error { return syscall.Rename(tmp, p.cursorPath) }); err != nil {
 		syscall.Close(fd)
 		syscall.Unlink(tmp)
-		return &os.LinkError{Op: "rename", Old: tmp, New: p.cursorPath, Err: err}
+		return true, &os.LinkError{Op: "rename", Old: tmp, New: p.cursorPath, Err: err}
 	}
 	s.forgetCursor(p)
 	if s.sync {
@@ -785,7 +886,7 @@ func (s *Store) putCursor(p *pool, ip netip.Addr) error {
 	} else {
 		p.cursorFd = fd // the cursor file now, to write over next time
 	}
-	return nil
+	return true, nil
 }
 
 // overwrite writes data over the start of p's cursor file, as host-local

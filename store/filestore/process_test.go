@@ -27,14 +27,16 @@ import (
 	"github.com/ipamkit/ipam/store/filestore"
 )
 
-// The helper process: TestHelperProcess, run in a child by TestProcessRace and
-// TestCrash, reads what to do from these variables.
+// The helper process: TestHelperProcess, run in a child by TestProcessRace,
+// TestCrash, TestExclusiveProcessRace and TestIndexCrash, reads what to do
+// from these variables.
 const (
-	helperEnv = "FILESTORE_HELPER" // "race" or "crash"
+	helperEnv = "FILESTORE_HELPER" // "race", "crash", "exclusive" or "step"
 	dirEnv    = "FILESTORE_DIR"
-	idEnv     = "FILESTORE_ID"
+	idEnv     = "FILESTORE_ID" // the container ID; for "step", the scenario
 	syncEnv   = "FILESTORE_SYNC"
 	countEnv  = "FILESTORE_COUNT" // how many addresses the race is for
+	stepEnv   = "FILESTORE_STEP"  // the step at which a "step" helper dies
 )
 
 // procPool is the pool the helper processes share.
@@ -51,12 +53,20 @@ func procAddr(i int) netip.Addr {
 
 // helper starts the test binary as a helper process of the given kind.
 func helper(ctx context.Context, t *testing.T, kind, dir, id string, durable bool, count int) *exec.Cmd {
+	return stepHelper(ctx, t, kind, dir, id, durable, count, "")
+}
+
+// stepHelper is helper with, for kind "step", the step to die at.
+func stepHelper(ctx context.Context, t *testing.T, kind, dir, id string, durable bool, count int, step string) *exec.Cmd {
 	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestHelperProcess$", "-test.count=1")
 	// A race-enabled binary sleeps a second before exiting unless told not to.
 	cmd.Env = append(os.Environ(), "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"), helperEnv+"="+kind, dirEnv+"="+dir, idEnv+"="+id, syncEnv+"="+strconv.FormatBool(durable), countEnv+"="+strconv.Itoa(count))
+	if kind == "step" {
+		cmd.Env = append(cmd.Env, stepEnv+"="+step)
+	}
 	cmd.Stderr = os.Stderr
 	return cmd
 }
@@ -69,7 +79,11 @@ func TestHelperProcess(t *testing.T) {
 		t.Skip("run by TestProcessRace and TestCrash")
 	}
 	durable, _ := strconv.ParseBool(os.Getenv(syncEnv))
-	s, err := filestore.Open(os.Getenv(dirEnv), filestore.Options{Pools: []filestore.Pool{procPool}, Sync: durable})
+	pools := []filestore.Pool{procPool}
+	if kind == "step" {
+		pools = testPools
+	}
+	s, err := filestore.Open(os.Getenv(dirEnv), filestore.Options{Pools: pools, Sync: durable})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -78,6 +92,39 @@ func TestHelperProcess(t *testing.T) {
 	ctx := context.Background()
 	out := os.Stdout // unbuffered: a line written is in the pipe before the next call
 	switch kind {
+	case "step":
+		// Run scenario id, dying at the step named; say "done" if it
+		// completes without reaching it.
+		die := os.Getenv(stepEnv)
+		filestore.SetHook(s, func(step string) {
+			if step == die {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+		})
+		if err := crashScenarios[id].run(ctx, s, os.Getenv(dirEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Fprintln(out, "done")
+	case "exclusive":
+		// Wait for the start, then serve each container of the race once,
+		// at an address of this process's own.
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		n, _ := strconv.Atoi(os.Getenv(countEnv))
+		p, _ := strconv.Atoi(strings.TrimPrefix(id, "proc-"))
+		for i := range n {
+			ctr := fmt.Sprintf("ctr-%d", i)
+			_, err := s.CreateExclusive(ctx, store.Claim{Pool: procPool.Name, IP: procAddr(2 * (i*raceProcs + p)),
+				Owner: store.Owner{ContainerID: ctr, Interface: "eth0"}})
+			switch {
+			case err == nil:
+				fmt.Fprintf(out, "won %s\n", ctr)
+			case !errors.Is(err, store.ErrHeld):
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+		}
 	case "race":
 		// Wait for the start, then claim every address of the race.
 		bufio.NewReader(os.Stdin).ReadString('\n')
@@ -159,6 +206,46 @@ const raceProcs = 4
 
 var raceAddrs = map[bool]int{false: 200, true: 60}
 
+// race starts raceProcs helpers of kind on dir at once and returns, for
+// each thing they report winning ("won <thing>"), the helpers that won it.
+func race(t *testing.T, kind, dir string, durable bool, count int) map[string][]string {
+	var (
+		mu      sync.Mutex
+		winners = map[string][]string{}
+		wg      sync.WaitGroup
+		starts  []io.WriteCloser
+	)
+	for p := range raceProcs {
+		id := fmt.Sprintf("proc-%d", p)
+		cmd := helper(t.Context(), t, kind, dir, id, durable, count)
+		stdin, err := cmd.StdinPipe()
+		require.NoError(t, err)
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		starts = append(starts, stdin)
+		wg.Go(func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				if thing, ok := strings.CutPrefix(sc.Text(), "won "); ok {
+					mu.Lock()
+					winners[thing] = append(winners[thing], id)
+					mu.Unlock()
+				}
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("helper %s: %v", id, err)
+			}
+		})
+	}
+	for _, w := range starts {
+		io.WriteString(w, "go\n")
+		w.Close()
+	}
+	wg.Wait()
+	return winners
+}
+
 // TestProcessRace has several processes claim the same addresses of one
 // directory at once: each address must have exactly one winner, whose claim is
 // on disk, intact.
@@ -168,40 +255,7 @@ func TestProcessRace(t *testing.T) {
 	}
 	syncModes(t, func(t *testing.T, durable bool) {
 		dir := t.TempDir()
-		var (
-			mu      sync.Mutex
-			winners = map[string][]string{} // address: ids
-			wg      sync.WaitGroup
-			starts  []io.WriteCloser
-		)
-		for p := range raceProcs {
-			id := fmt.Sprintf("proc-%d", p)
-			cmd := helper(t.Context(), t, "race", dir, id, durable, raceAddrs[durable])
-			stdin, err := cmd.StdinPipe()
-			require.NoError(t, err)
-			stdout, err := cmd.StdoutPipe()
-			require.NoError(t, err)
-			require.NoError(t, cmd.Start())
-			starts = append(starts, stdin)
-			wg.Go(func() {
-				sc := bufio.NewScanner(stdout)
-				for sc.Scan() {
-					if ip, ok := strings.CutPrefix(sc.Text(), "won "); ok {
-						mu.Lock()
-						winners[ip] = append(winners[ip], id)
-						mu.Unlock()
-					}
-				}
-				if err := cmd.Wait(); err != nil {
-					t.Errorf("helper %s: %v", id, err)
-				}
-			})
-		}
-		for _, w := range starts {
-			io.WriteString(w, "go\n")
-			w.Close()
-		}
-		wg.Wait()
+		winners := race(t, "race", dir, durable, raceAddrs[durable]) // address: ids
 
 		s, err := filestore.Open(dir, filestore.Options{Pools: []filestore.Pool{procPool}})
 		require.NoError(t, err)

@@ -25,15 +25,19 @@ type fileState struct {
 	regular bool
 }
 
-// stat returns the state of the open file fd.
-func (s *Store) stat(fd int, path string) (fileState, error) {
+// stat returns the state of the open file fd, with its revision if withRev.
+func (s *Store) stat(fd int, path string, withRev bool) (fileState, error) {
 	var st syscall.Stat_t
 	if err := retryEINTR(func() error { return syscall.Fstat(fd, &st) }); err != nil {
 		return fileState{}, &fs.PathError{Op: "fstat", Path: path, Err: err}
 	}
-	gen, _ := generation(fd)
+	var rev int64
+	if withRev {
+		gen, _ := generation(fd)
+		rev = revision(&st, gen)
+	}
 	return fileState{
-		rev:     revision(&st, gen),
+		rev:     rev,
 		mtime:   time.Unix(int64(st.Mtim.Sec), int64(st.Mtim.Nsec)),
 		size:    st.Size,
 		nlink:   uint64(st.Nlink),
@@ -69,9 +73,11 @@ func revision(st *syscall.Stat_t, gen uint32) int64 {
 }
 
 // readFile reads the file at path whole. It returns the content and state of
-// the file, or why the file cannot be a claim (not a regular file, too large),
-// or an error; an absent file is an error wrapping fs.ErrNotExist.
-func (s *Store) readFile(path string) (data []byte, st fileState, bad string, err error) {
+// the file (with its revision if withRev), or why the file cannot be a claim
+// (not a regular file, too large), or an error; an absent file is an error
+// wrapping fs.ErrNotExist.
+func (s *Store) readFile(path string, withRev bool) (data []byte, st fileState, bad string, err error) {
+	s.step(stepRead)
 	fd, err := openFile(path, openFlags, 0)
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
@@ -80,7 +86,7 @@ func (s *Store) readFile(path string) (data []byte, st fileState, bad string, er
 		return nil, fileState{}, "", err
 	}
 	defer syscall.Close(fd)
-	if st, err = s.stat(fd, path); err != nil {
+	if st, err = s.stat(fd, path, withRev); err != nil {
 		return nil, fileState{}, "", err
 	}
 	switch {
@@ -89,7 +95,59 @@ func (s *Store) readFile(path string) (data []byte, st fileState, bad string, er
 	case st.size > maxFileSize:
 		return nil, st, strconv.FormatInt(st.size, 10) + " bytes, more than any claim", nil
 	}
-	data = make([]byte, st.size)
+	data, err = readAll(fd, path, st.size)
+	if err != nil {
+		return nil, fileState{}, "", err
+	}
+	return data, st, "", nil
+}
+
+// readAt reads the file name of the network directory into buf, as readFile
+// reads it but without a path or an allocation, for the rebuild of the owner
+// index. It returns nil data for a file that cannot be a claim (not a regular
+// file, too large).
+func (s *Store) readAt(name string, buf *[maxFileSize + 1]byte) ([]byte, error) {
+	s.step(stepRead)
+	var fd int
+	err := retryEINTR(func() (err error) {
+		fd, err = syscall.Openat(s.dirs.Load().net, name, openFlags, 0)
+		return err
+	})
+	switch {
+	case err == syscall.ELOOP:
+		return nil, nil
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: s.path(name), Err: err}
+	}
+	defer syscall.Close(fd)
+	var st syscall.Stat_t
+	if err := retryEINTR(func() error { return syscall.Fstat(fd, &st) }); err != nil {
+		return nil, &fs.PathError{Op: "fstat", Path: s.path(name), Err: err}
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Size > maxFileSize {
+		return nil, nil
+	}
+	n := 0
+	for n < len(buf) {
+		m, err := syscall.Read(fd, buf[n:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil:
+			return nil, &fs.PathError{Op: "read", Path: s.path(name), Err: err}
+		case m == 0:
+			return buf[:n], nil
+		}
+		n += m
+	}
+	return nil, nil // grew past any claim since fstat
+}
+
+// readAll reads the size bytes of the open file fd (path names it in errors),
+// or fewer if it is shorter: it is being truncated, and what was read is
+// what there is.
+func readAll(fd int, path string, size int64) ([]byte, error) {
+	data := make([]byte, size)
 	n := 0
 	for n < len(data) {
 		m, err := syscall.Pread(fd, data[n:], int64(n))
@@ -97,15 +155,24 @@ func (s *Store) readFile(path string) (data []byte, st fileState, bad string, er
 		case err == syscall.EINTR:
 			continue
 		case err != nil:
-			return nil, fileState{}, "", &fs.PathError{Op: "read", Path: path, Err: err}
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
 		case m == 0:
-			// Shorter than fstat said: it is being truncated under us; what
-			// was read is what there is.
-			return data[:n], st, "", nil
+			return data[:n], nil
 		}
 		n += m
 	}
-	return data, st, "", nil
+	return data, nil
+}
+
+// readlink is readlink(2), with EINTR retried. It returns the length of the
+// target, which fills buf if it is as long or longer.
+func readlink(path string, buf []byte) (int, error) {
+	for {
+		n, err := syscall.Readlink(path, buf)
+		if err != syscall.EINTR {
+			return n, err
+		}
+	}
 }
 
 // openFile is open(2) with EINTR retried and the error naming the path.
@@ -324,7 +391,7 @@ func (s *Store) syncDir() error {
 	if !s.sync {
 		return nil
 	}
-	if err := retryEINTR(func() error { return syscall.Fsync(s.dirFd) }); err != nil {
+	if err := retryEINTR(func() error { return syscall.Fsync(s.dirs.Load().net) }); err != nil {
 		return &fs.PathError{Op: "fsync", Path: s.dir, Err: err}
 	}
 	return nil

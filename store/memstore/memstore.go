@@ -23,7 +23,13 @@ var (
 	_ store.CursorCreator    = (*Store)(nil)
 	_ store.ExclusiveCreator = (*Store)(nil)
 	_ store.PoolVersioner    = (*Store)(nil)
+	_ store.OrderedRevisions = (*Store)(nil)
 )
+
+// RevisionsOrdered reports true: revisions come from one counter per backend,
+// and a claim's revision is handed out as it becomes visible to Owned by its
+// owner's primary identity.
+func (s *Store) RevisionsOrdered() bool { return true }
 
 // Store is an in-memory store.Store that also implements store.Cursors and
 // store.CursorCreator.
@@ -140,12 +146,25 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.C
 	if err := c.Validate(); err != nil {
 		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, err)
 	}
+	// The claim's revision is handed out and its entry under the owner's
+	// primary identity made under that identity's lock, so that revisions
+	// order what Owned shows: a claim of the owner with a lower revision is
+	// in the index before one with a higher revision is made
+	// (RevisionsOrdered).
+	id := s.b.owners.ident(c.Owner.Query())
+	sh := s.b.owners.shard(id)
 	p := s.b.poolForWrite(c.Pool)
+	sh.mu.Lock()
 	c, err := s.insert(p, c, cursor)
 	if err != nil {
+		sh.mu.Unlock()
 		return store.Claim{}, err
 	}
-	s.b.owners.add(c.Owner, p, c.IP, ident{})
+	sh.addLocked(id, ref{p, c.IP})
+	sh.mu.Unlock()
+	if c.Owner.UID != "" && c.Owner.ContainerID != "" || c.Owner.Stable {
+		s.b.owners.add(c.Owner, p, c.IP, id) // its other identities
+	}
 	return c, nil
 }
 

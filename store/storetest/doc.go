@@ -132,6 +132,10 @@
 //   - PoolVersion: only if the Store implements store.PoolVersioner: the
 //     version of a pool stays the same without writes and changes with a
 //     Create, an Update and a Delete made through another instance.
+//   - RevisionsOrdered: only if the Store implements store.OrderedRevisions
+//     and says its revisions are ordered: 8 goroutines on two instances
+//     create claims of one owner, each reading Owned right after its create;
+//     every answer holds every claim of a lower revision.
 //
 // RunConfig runs the suite for a Store that keeps less than a whole Owner:
 // with Config.ContainerOwners (host-local's format), the suite's owners have

@@ -616,3 +616,63 @@ func testPoolVersion(t *testing.T, x *suite) {
 		t.Fatalf("PoolVersion changed from %d to %d without a write", v, again)
 	}
 }
+
+func testRevisionsOrdered(t *testing.T, x *suite) {
+	stores := []store.Store{x.open(), x.open()}
+	o, ok := stores[0].(store.OrderedRevisions)
+	if !ok || !o.RevisionsOrdered() {
+		t.Skip("the Store does not say its revisions are ordered (store.OrderedRevisions)")
+	}
+	// Goroutines create claims of one owner at once; each asks Owned right
+	// after its create. A claim of a lower revision must be in every answer
+	// read after a create of a higher one.
+	owner := on(x.owner("racer"), "eth0")
+	q := x.queries(owner)[0]
+	type seen struct {
+		rev  int64
+		revs map[int64]bool
+	}
+	const goroutines, rounds = 8, 20
+	var (
+		mu      sync.Mutex
+		created []int64
+		reads   []seen
+		wg      sync.WaitGroup
+	)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := stores[g%len(stores)]
+			for r := range rounds {
+				c, err := s.Create(t.Context(), store.Claim{Pool: "blue", Owner: owner, Time: claimTime,
+					IP: netip.AddrFrom4([4]byte{10, 1, byte(g), byte(r)})})
+				if err != nil {
+					t.Errorf("Create: %v", err)
+					return
+				}
+				got, err := s.Owned(t.Context(), q)
+				if err != nil {
+					t.Errorf("Owned: %v", err)
+					return
+				}
+				sn := seen{c.Revision, map[int64]bool{}}
+				for _, h := range got {
+					sn.revs[h.Revision] = true
+				}
+				mu.Lock()
+				created = append(created, c.Revision)
+				reads = append(reads, sn)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, r := range reads {
+		for _, c := range created {
+			if c < r.rev && !r.revs[c] {
+				t.Fatalf("Owned right after the create of revision %d missed the claim of revision %d, made before it", r.rev, c)
+			}
+		}
+	}
+}

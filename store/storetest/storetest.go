@@ -84,6 +84,7 @@ var checks = []struct {
 	{"CreateExclusiveRace", testCreateExclusiveRace},
 	{"Watch", testWatch},
 	{"PoolVersion", testPoolVersion},
+	{"RevisionsOrdered", testRevisionsOrdered},
 }
 
 // claimTime is the time of the suite's claims: fixed, far from now (so a store

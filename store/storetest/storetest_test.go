@@ -168,6 +168,11 @@ var mutants = []struct {
 		skip: []string{"Watch"},
 	},
 	{
+		name: "owned-lags-revisions", // says its revisions are ordered, but Owned shows a claim a moment late
+		open: shared(func(m *mutant) { m.ownedLags = true }),
+		fail: []string{"RevisionsOrdered"},
+	},
+	{
 		name: "per-key-revisions", // restarts a key's revision at 1 when it is created again
 		open: func(t *testing.T) storetest.Opener {
 			s := memstore.New()
@@ -281,6 +286,8 @@ type mutant struct {
 	ownedExactInterface, ownedPrimaryOnly                bool
 	exclusiveTwoSteps, exclusiveAnyFamily                bool
 	watchDropsDeletes, watchEmptyReset                   bool
+	ownedLags                                            bool
+	lagSeen                                              map[string]bool // claims Owned has hidden once
 	ownedCache                                           map[store.OwnerQuery][]store.Claim // nil: no cache
 
 	mu        sync.Mutex
@@ -333,6 +340,16 @@ func (m *mutant) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, 
 		return nil, err
 	}
 	cs = slices.DeleteFunc(cs, func(c store.Claim) bool {
+		if m.ownedLags {
+			// Hide each claim from the first answer that could show it.
+			if m.lagSeen == nil {
+				m.lagSeen = map[string]bool{}
+			}
+			if !m.lagSeen[c.Key()] {
+				m.lagSeen[c.Key()] = true
+				return true
+			}
+		}
 		return m.ownedExactInterface && q.Interface != "" && c.Owner.Interface != q.Interface ||
 			m.ownedPrimaryOnly && c.Owner.Query().Kind != q.Kind
 	})
@@ -344,6 +361,9 @@ func (m *mutant) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, 
 	}
 	return cs, nil
 }
+
+// RevisionsOrdered is memstore's: true.
+func (m *mutant) RevisionsOrdered() bool { return m.s.RevisionsOrdered() }
 
 // Watch is memstore's, through a handler that drops deletions or empties the
 // first list as the mutant says.

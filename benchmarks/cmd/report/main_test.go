@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,10 +15,13 @@ BenchmarkHoles16/ipam-2        	 1000	       1000 ns/op	     400 B/op	       2 a
 BenchmarkHoles16/ipam-2        	 1000	       3000 ns/op	     400 B/op	       2 allocs/op
 BenchmarkHoles16/ipam-2        	 1000	       2000 ns/op	     400 B/op	       2 allocs/op
 BenchmarkHoles16/hostlocal-mem-2 	  10	    2000000 ns/op	   16000 B/op	     600 allocs/op
+BenchmarkHoles16/hostlocal-index-2 	  100	      30000 ns/op	   15000 B/op	     500 allocs/op
 BenchmarkHoles16/bitmap-2      	 9999	         25.5 ns/op	       0 B/op	       0 allocs/op
 BenchmarkConcurrentFill20/ipam-2 	 10	       2300 ns/op	         0 dups	         0 errs	    1458 B/op	       2 allocs/op
 BenchmarkConcurrentFill20/goipam-2 	  1	     700000 ns/op	         2 dups	         1 errs	  220000 B/op	    2080 allocs/op
-BenchmarkEssentials-2 	 1000000	       301.5 ns/op	     248 B/op	       1 allocs/op
+BenchmarkEssentials-2 	 1000000	       150 ns/op	      96 B/op	       1 allocs/op
+BenchmarkAllocate/v4-24/fill-0%-2 	  200000	       600.0 ns/op	     240 B/op	       1 allocs/op
+BenchmarkAllocate/v4-12/fill-99.99%-2 	  200000	       1200 ns/op	     240 B/op	       1 allocs/op
 2026-11-22T23:07:36Z [debug] Reserving IP: "10.0.15.254"
 PASS
 `
@@ -52,12 +56,14 @@ func TestRender(t *testing.T) {
 	out := render(environment{Date: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC), CPU: "X", NumCPU: 2, Go: "go1.26", Command: "go test", Report: "go run"}, r)
 	for _, want := range []string{
 		beginMark, endMark,
-		"| b allocate the holes of a /16 99 % full | 2.00 µs | 25.5 ns | 2.00 ms |",
-		"| b allocate the holes of a /16 99 % full | 78 | 1/1,000 |",
+		"| b allocate the holes of a /16 99 % full | 2.00 µs | 25.5 ns | 2.00 ms | 30.0 µs |",
+		"| b allocate the holes of a /16 99 % full | 78 | 1/1,000 | 1/15 |",
+		"| host-local (FakeStore) | host-local (owner index) |",
 		"b 1/1,000; c not measured | **not met** |",
 		"goipam 2 | **not met** |",
-		"`BenchmarkEssentials` (",
-		") took 302 ns per allocation in this run.",
+		"| ipam Allocate (memstore) within 4× of the floor (`BenchmarkEssentials`) with at most 2 allocations, on every case of `BenchmarkAllocate` | 4.0 to 8.0 × the floor (worst v4-12/fill-99.99%); at most 1 allocations | **not met** (10 cases not measured) |",
+		"It took 150 ns per allocation in this run (1 allocation, 96 B).",
+		"| v4-24/fill-0% | 600 ns | 1, 240 | 4.0 |\n| v4-12/fill-99.99% | 1.20 µs | 1, 240 | 8.0 |\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
@@ -65,11 +71,68 @@ func TestRender(t *testing.T) {
 	}
 }
 
+// TestFloorTarget checks the verdict on Allocate against the floor: met only
+// with every case measured, each within 4× and 2 allocations.
+func TestFloorTarget(t *testing.T) {
+	out := func(ns, allocs func(c string) float64) string {
+		var b strings.Builder
+		b.WriteString("BenchmarkEssentials-2 1000 100 ns/op 96 B/op 1 allocs/op\n")
+		for _, c := range allocateCases {
+			fmt.Fprintf(&b, "BenchmarkAllocate/%s-2 1000 %v ns/op 240 B/op %v allocs/op\n", c, ns(c), allocs(c))
+		}
+		r, err := parse(strings.NewReader(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return floorTarget(r)
+	}
+	const worst = "v4-16/fill-50%"
+	for _, c := range []struct {
+		ns, allocs float64 // of the worst case; the others take 300 ns and 1
+		want       string
+	}{
+		{400, 2, "3.0 to 4.0 × the floor (worst " + worst + "); at most 2 allocations | met |"},
+		{401, 2, "(worst " + worst + "); at most 2 allocations | **not met** |"},
+		{350, 3, "3.0 to 3.5 × the floor (worst " + worst + "); at most 3 allocations | **not met** |"},
+	} {
+		got := out(func(k string) float64 {
+			if k == worst {
+				return c.ns
+			}
+			return 300
+		}, func(k string) float64 {
+			if k == worst {
+				return c.allocs
+			}
+			return 1
+		})
+		if !strings.Contains(got, c.want) {
+			t.Errorf("worst %v ns, %v allocs: got %q, want it to contain %q", c.ns, c.allocs, got, c.want)
+		}
+	}
+}
+
+// TestRenderSaved: a report from a saved output names the command the flags
+// make, and no file-store directory when no file store ran.
+func TestRenderSaved(t *testing.T) {
+	r, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := render(environment{Saved: true, Files: "`/tmp` (tmpfs)", Command: "cd benchmarks && go test -bench x", Report: "go run ./benchmarks/cmd/report -from f"}, r)
+	if want := "- From a saved output of `cd benchmarks && go test -bench x`, through `go run ./benchmarks/cmd/report -from f`."; !strings.Contains(out, want) {
+		t.Errorf("report lacks %q:\n%s", want, out)
+	}
+	if strings.Contains(out, "Files of ipam") {
+		t.Errorf("report names the file stores' directory although none ran:\n%s", out)
+	}
+}
+
 func TestFormat(t *testing.T) {
 	for _, c := range []struct {
 		q    float64
 		want string
-	}{{0.001, "1/1,000"}, {1.0 / 1234.5, "1/1,230"}, {0.5, "1/2"}, {2.345, "2.3"}, {66.4, "66"}, {1234, "1,230"}} {
+	}{{0.001, "1/1,000"}, {1.0 / 1234.5, "1/1,230"}, {0.5, "1/2.0"}, {0.79, "1/1.3"}, {0.099, "1/10"}, {2.345, "2.3"}, {66.4, "66"}, {1234, "1,230"}} {
 		if got := formatRatio(c.q); got != c.want {
 			t.Errorf("formatRatio(%v) = %q, want %q", c.q, got, c.want)
 		}

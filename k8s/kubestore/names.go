@@ -1,0 +1,175 @@
+package kubestore
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// Label keys of an IPClaim. Their values are the plain identity when it is a
+// valid label value, else its hash (see labelValue).
+const (
+	// LabelPool holds the claim's pool.
+	LabelPool = Group + "/pool"
+	// LabelUID holds the owner's pod UID, when it has one.
+	LabelUID = Group + "/uid"
+	// LabelStable holds a stable owner's "namespace.name" (a StatefulSet
+	// or KubeVirt pod); claims of other owners do not have it.
+	LabelStable = Group + "/stable"
+	// LabelContainer holds the owner's container ID, when it has one.
+	LabelContainer = Group + "/container"
+	// LabelCursor marks a claim made by CreateAndSetCursor: the newest such
+	// claim of a pool is where its cursor points, unless SetCursor moved it
+	// later.
+	LabelCursor = Group + "/cursor"
+)
+
+// Limits of Kubernetes names and label values.
+const (
+	maxNameLen       = 253 // a DNS-1123 subdomain, the name of a custom resource
+	maxLabelValueLen = 63
+	hashLen          = 40 // hex digits of SHA-256 kept in hashed names and values
+)
+
+// ClaimName returns the name of the IPClaim object of ip in pool: the pool's
+// name, a dot and the address, such as "blue.10.0.0.1" or
+// "blue.2001-0db8-0000-0000-0000-0000-0000-0001" (an IPv6 address as all
+// eight groups of four hex digits joined by "-", as ":" is not allowed in a
+// name). A pool whose name is not a DNS-1123 subdomain (upper case, "_") or
+// too long to fit is replaced by the first 40 hex digits of its SHA-256; the
+// object keeps the pool's real name in spec.pool. Names sort in address order
+// within a pool and parse back to the address (ParseClaimName).
+//
+// ok is false for an address that cannot be named: the zero Addr or one with
+// an IPv6 zone.
+func ClaimName(pool string, ip netip.Addr) (name string, ok bool) {
+	if !ip.IsValid() || ip.Zone() != "" {
+		return "", false
+	}
+	addr := addrLabel(ip)
+	if len(pool)+1+len(addr) <= maxNameLen && isDNSSubdomain(pool) {
+		return pool + "." + addr, true
+	}
+	return hash(pool) + "." + addr, true
+}
+
+// ParseClaimName returns the pool part (the pool's name, or its hash) and the
+// address of an IPClaim name made by ClaimName.
+func ParseClaimName(name string) (poolPart string, ip netip.Addr, ok bool) {
+	dot := strings.LastIndexByte(name, '.')
+	if dot < 0 {
+		return "", netip.Addr{}, false
+	}
+	if last := name[dot+1:]; len(last) == 39 && strings.Count(last, "-") == 7 {
+		ip, err := netip.ParseAddr(strings.ReplaceAll(last, "-", ":"))
+		if err != nil || !ip.Is6() || addrLabel(ip) != last {
+			return "", netip.Addr{}, false
+		}
+		return name[:dot], ip, dot > 0
+	}
+	// IPv4: the last four labels.
+	i := len(name)
+	for range 4 {
+		i = strings.LastIndexByte(name[:i], '.')
+		if i < 0 {
+			return "", netip.Addr{}, false
+		}
+	}
+	ip, err := netip.ParseAddr(name[i+1:])
+	if err != nil || !ip.Is4() || ip.String() != name[i+1:] {
+		return "", netip.Addr{}, false
+	}
+	return name[:i], ip, i > 0
+}
+
+// addrLabel is the address part of a claim's name.
+func addrLabel(ip netip.Addr) string {
+	if ip.Is4() {
+		return ip.String()
+	}
+	b := ip.As16()
+	var out [39]byte
+	for g := range 8 {
+		if g > 0 {
+			out[g*5-1] = '-'
+		}
+		hex.Encode(out[g*5:g*5+4], b[g*2:g*2+2])
+	}
+	return string(out[:])
+}
+
+// labelValue returns s as a label value: s itself when it is a valid one,
+// else the first 40 hex digits of its SHA-256. A hash may equal some other
+// string's plain value only by a (deliberate) collision; readers therefore
+// check a found claim's spec, never the label alone.
+func labelValue(s string) string {
+	if isLabelValue(s) {
+		return s
+	}
+	return hash(s)
+}
+
+// stableValue is the LabelStable value of a stable owner.
+func stableValue(namespace, name string) string {
+	return labelValue(namespace + "." + name)
+}
+
+func hash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:hashLen/2])
+}
+
+// isDNSSubdomain reports whether s is a DNS-1123 subdomain: at most 253
+// characters in labels separated by ".", each of lower-case letters, digits
+// and "-", starting and ending with a letter or digit.
+func isDNSSubdomain(s string) bool {
+	if s == "" || len(s) > maxNameLen || !isAlnumLower(s[0]) || !isAlnumLower(s[len(s)-1]) {
+		return false
+	}
+	for i := range len(s) {
+		switch c := s[i]; {
+		case isAlnumLower(c), c == '-':
+		case c == '.':
+			// Not first or last (checked above): both neighbours must end
+			// and start a label.
+			if !isAlnumLower(s[i-1]) || !isAlnumLower(s[i+1]) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isLabelValue reports whether s is a valid label value: empty, or at most 63
+// letters, digits, "-", "_" and ".", starting and ending with a letter or
+// digit.
+func isLabelValue(s string) bool {
+	if s == "" {
+		return true
+	}
+	if len(s) > maxLabelValueLen || !isAlnum(s[0]) || !isAlnum(s[len(s)-1]) {
+		return false
+	}
+	for i := range len(s) {
+		if c := s[i]; !isAlnum(c) && c != '-' && c != '_' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnumLower(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
+func isAlnum(c byte) bool      { return isAlnumLower(c) || 'A' <= c && c <= 'Z' }
+
+// formatRevision and parseRevision convert between a Claim's Revision and
+// the resourceVersion the API server gives; see the package documentation.
+func formatRevision(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+func parseRevision(rv string) (int64, bool) {
+	n, err := strconv.ParseInt(rv, 10, 64)
+	return n, err == nil && n > 0
+}

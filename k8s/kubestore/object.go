@@ -1,0 +1,213 @@
+package kubestore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ipamkit/ipam/store"
+)
+
+// The custom resources of the Store: its API group and version, and the
+// resources (plural names) of its kinds, IPClaim and IPCursor. Their
+// CustomResourceDefinitions are in the repository's k8s/config/crd.
+const (
+	Group           = "ipam.ipamkit.io"
+	Version         = "v1alpha1"
+	ClaimResource   = "ipclaims"
+	CursorResource  = "ipcursors"
+	claimKind       = "IPClaim"
+	cursorKind      = "IPCursor"
+	groupAPIVersion = Group + "/" + Version
+)
+
+// claimObject is an IPClaim as it travels: one claim, named by ClaimName.
+type claimObject struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              claimSpec `json:"spec"`
+}
+
+// claimSpec is an IPClaim's spec. Its fields are spelled out here rather
+// than taken from store.Owner, so that the stored form changes only with
+// the CRD's schema.
+type claimSpec struct {
+	Pool  string    `json:"pool"`
+	IP    string    `json:"ip"`
+	Owner ownerSpec `json:"owner"`
+	Time  string    `json:"time,omitempty"`
+}
+
+type ownerSpec struct {
+	Namespace   string `json:"namespace,omitempty"`
+	Name        string `json:"name,omitempty"`
+	UID         string `json:"uid,omitempty"`
+	ContainerID string `json:"containerID,omitempty"`
+	Interface   string `json:"interface,omitempty"`
+	Stable      bool   `json:"stable,omitempty"`
+}
+
+// objectList is a list of objects of any kind, each left undecoded so that
+// one bad object spoils only itself.
+type objectList struct {
+	Metadata metav1.ListMeta   `json:"metadata"`
+	Items    []json.RawMessage `json:"items"`
+}
+
+// CorruptError says why an object in the cluster is not a valid claim (or
+// cursor). It unwraps to store.ErrCorrupt. The object's name stays taken: a
+// Create of the address it names fails with store.ErrExists.
+type CorruptError struct {
+	// Name is the object's name.
+	Name string
+	// Field is the path of the bad field, such as "spec.ip".
+	Field string
+	// Value is the bad field's value, as text.
+	Value string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("kubestore: %s %q: %s %q: %s", claimKind, e.Name, e.Field, e.Value, e.Reason)
+}
+
+// Unwrap returns store.ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return store.ErrCorrupt }
+
+// newClaimObject makes the object that stores c under name, with the labels
+// that find it by pool and by owner, and with LabelCursor when cursor is set.
+// It carries no resourceVersion: a create must not (the API server refuses
+// it), and Update sets one.
+func newClaimObject(name string, c store.Claim, cursor bool) *claimObject {
+	labels := map[string]string{LabelPool: labelValue(c.Pool)}
+	if c.Owner.UID != "" {
+		labels[LabelUID] = labelValue(c.Owner.UID)
+	}
+	if c.Owner.Stable {
+		labels[LabelStable] = stableValue(c.Owner.Namespace, c.Owner.Name)
+	}
+	if c.Owner.ContainerID != "" {
+		labels[LabelContainer] = labelValue(c.Owner.ContainerID)
+	}
+	if cursor {
+		labels[LabelCursor] = "true"
+	}
+	o := &claimObject{
+		TypeMeta:   metav1.TypeMeta{APIVersion: groupAPIVersion, Kind: claimKind},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: claimSpec{
+			Pool: c.Pool,
+			IP:   c.IP.String(),
+			Owner: ownerSpec{
+				Namespace:   c.Owner.Namespace,
+				Name:        c.Owner.Name,
+				UID:         c.Owner.UID,
+				ContainerID: c.Owner.ContainerID,
+				Interface:   c.Owner.Interface,
+				Stable:      c.Owner.Stable,
+			},
+		},
+	}
+	if !c.Time.IsZero() {
+		o.Spec.Time = c.Time.UTC().Format(time.RFC3339Nano)
+	}
+	return o
+}
+
+// decodeClaim decodes one IPClaim and checks it (see claim).
+func decodeClaim(raw []byte) (store.Claim, *claimObject, error) {
+	o := &claimObject{}
+	if err := json.Unmarshal(raw, o); err != nil {
+		var name struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		_ = json.Unmarshal(raw, &name) // best effort, for the message
+		return store.Claim{}, nil, &CorruptError{Name: name.Metadata.Name, Field: "(object)", Value: truncate(string(raw)), Reason: err.Error()}
+	}
+	c, err := o.claim()
+	return c, o, err
+}
+
+// claim returns the claim o stores, or a *CorruptError naming the first
+// field that makes it no valid claim: a resourceVersion that is not a
+// positive decimal, a missing pool, an address that does not parse, a name
+// that is not the one ClaimName gives for spec.pool and spec.ip, a time that
+// is not RFC 3339, an owner without pod UID or container ID, a stable owner
+// without a name.
+func (o *claimObject) claim() (store.Claim, error) {
+	bad := func(field, value, reason string) (store.Claim, error) {
+		return store.Claim{}, &CorruptError{Name: o.Name, Field: field, Value: value, Reason: reason}
+	}
+	rev, ok := parseRevision(o.ResourceVersion)
+	if !ok {
+		return bad("metadata.resourceVersion", o.ResourceVersion, "not a positive decimal integer")
+	}
+	if o.Spec.Pool == "" {
+		return bad("spec.pool", "", "empty")
+	}
+	ip, err := netip.ParseAddr(o.Spec.IP)
+	if err != nil {
+		return bad("spec.ip", o.Spec.IP, "not an IP address")
+	}
+	if want, ok := ClaimName(o.Spec.Pool, ip); !ok || want != o.Name {
+		return bad("metadata.name", o.Name, fmt.Sprintf("not the name of pool %q address %s (%q)", o.Spec.Pool, ip, want))
+	}
+	c := store.Claim{
+		Pool: o.Spec.Pool,
+		IP:   ip,
+		Owner: store.Owner{
+			Namespace:   o.Spec.Owner.Namespace,
+			Name:        o.Spec.Owner.Name,
+			UID:         o.Spec.Owner.UID,
+			ContainerID: o.Spec.Owner.ContainerID,
+			Interface:   o.Spec.Owner.Interface,
+			Stable:      o.Spec.Owner.Stable,
+		},
+		Revision: rev,
+	}
+	if o.Spec.Time != "" {
+		if c.Time, err = time.Parse(time.RFC3339Nano, o.Spec.Time); err != nil {
+			return bad("spec.time", o.Spec.Time, "not an RFC 3339 time")
+		}
+	}
+	switch {
+	case c.Owner.IsZero():
+		return bad("spec.owner", c.Owner.String(), "has neither uid nor containerID")
+	case c.Owner.Stable && c.Owner.Name == "":
+		return bad("spec.owner.name", "", "empty for a stable owner")
+	}
+	return c, nil
+}
+
+// checkLabels reports, as a *CorruptError, a label of o that disagrees with
+// the claim it stores: the index a reader found it by would then find it
+// where it does not belong, or miss it where it does.
+func (o *claimObject) checkLabels(c store.Claim) error {
+	want := newClaimObject(o.Name, c, false).Labels
+	for _, key := range []string{LabelPool, LabelUID, LabelStable, LabelContainer} {
+		if got := o.Labels[key]; got != want[key] {
+			return &CorruptError{Name: o.Name, Field: "metadata.labels[" + key + "]", Value: got,
+				Reason: fmt.Sprintf("does not match the claim (want %q)", want[key])}
+		}
+	}
+	return nil
+}
+
+// truncate shortens s for an error message.
+func truncate(s string) string {
+	const max = 200
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}
+
+// errNoName is returned for an address ClaimName cannot name.
+var errNoName = errors.New("the address cannot be stored: it is not valid or has an IPv6 zone")
