@@ -119,12 +119,13 @@ func (f *follower) take(pool string) []netip.Addr {
 
 // claimed records that someone claimed ip. If the index did not know it
 // used, it is a new claim: round-robin resumes after it, as after the Store's
-// last reserved address.
+// last reserved address, unless the Allocator keeps a place of its own
+// (Options.Spread).
 func (idx *poolIndex) claimed(ip netip.Addr) {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
 	lay := idx.def.Load().layout
-	if o, ok := lay.ordinal(ip); ok && idx.tree.set(o) {
+	if o, ok := lay.ordinal(ip); ok && idx.tree.set(o) && idx.spread == 0 {
 		idx.cursor, idx.next, idx.nextLay = ip, o.addOne(), lay
 	}
 }

@@ -2,6 +2,7 @@ package ipam
 
 import (
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -41,6 +42,14 @@ type Options struct {
 	// each Allocator in memory: it holds back the releases this Allocator
 	// made or learnt of. Zero means none.
 	Quarantine time.Duration
+	// Spread, when not empty (a node's or an agent's name), starts this
+	// Allocator's round-robin in each pool at a place worked out from it,
+	// instead of after the Store's cursor, and keeps the place as its own:
+	// Allocators with different Spread values that share a pool (agents of
+	// many nodes on etcd or the Kubernetes API) then claim from different
+	// parts of it and seldom race for one address. Empty means host-local's
+	// round-robin: from the Store's last reserved address.
+	Spread string
 }
 
 // Validate reports whether the options can make an Allocator.
@@ -244,6 +253,7 @@ type Allocator struct {
 	excl    store.ExclusiveCreator // nil if the Store cannot check owners as it creates
 	vers    store.PoolVersioner    // nil if the Store has no pool versions
 	ordered bool                   // the Store's revisions follow its writes (store.OrderedRevisions)
+	spread  uint64                 // hash of Options.Spread; 0 without
 	log     *slog.Logger
 	quarant time.Duration
 
@@ -273,10 +283,26 @@ func NewAllocator(opts Options) (*Allocator, error) {
 		a.ordered = o.RevisionsOrdered()
 	}
 	_, a.static = a.source.(*Catalog)
+	if opts.Spread != "" {
+		h := fnv.New64a()
+		h.Write([]byte(opts.Spread))
+		a.spread = mix64(h.Sum64()) | 1 // never 0
+	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	return a, nil
+}
+
+// mix64 mixes the bits of h (MurmurHash3's finalizer): FNV-1a alone hardly
+// changes the high bits for names that differ in their last characters.
+func mix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
 }
 
 // quarantineUntil returns until when an address released at now stays out of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"sync"
@@ -57,6 +58,7 @@ type poolIndex struct {
 	// quarantine was to end: if the address is given back (the request
 	// failed, or its claim is released), the quarantine resumes.
 	lent    map[netip.Addr]time.Time
+	spread  uint64 // the Allocator's Options.Spread hash; 0: none
 	cursor  netip.Addr
 	next    u128    // where round-robin resumes: the ordinal after cursor
 	nextLay *layout // the layout next is an ordinal of; nil: work it out
@@ -115,10 +117,17 @@ func (a *Allocator) index(ctx context.Context, name string) (*poolIndex, error) 
 	}
 	first := idx.def.Load() == nil
 	var cursor netip.Addr
-	if a.cursors != nil && first {
+	if a.cursors != nil && first && a.spread == 0 {
 		if cursor, err = a.cursors.Cursor(ctx, name); err != nil {
+			if ctx.Err() != nil {
+				// Not a hint's failure: the Store did not answer in time.
+				return nil, fmt.Errorf("reading the last reserved address of pool %q: %w", name, err)
+			}
 			a.log.Warn("ipam: cannot read last reserved address", "pool", name, "err", err)
 		}
+	}
+	if first {
+		idx.setSpread(a.spread)
 	}
 	if f := a.follow.Load(); f != nil && first {
 		// Start from what the watch reported of the pool.
@@ -451,11 +460,30 @@ func (idx *poolIndex) nextOrd(lay *layout) u128 {
 		return idx.next
 	}
 	var start u128
-	if idx.cursor.IsValid() {
+	switch {
+	case idx.cursor.IsValid():
 		start, _ = lay.after(idx.cursor)
+	case idx.spread != 0:
+		start = spreadOrd(idx.spread, lay.total)
 	}
 	idx.next, idx.nextLay = start, lay
 	return start
+}
+
+// setSpread gives idx the Allocator's Options.Spread hash.
+func (idx *poolIndex) setSpread(h uint64) {
+	idx.mu.Lock()
+	idx.spread = h
+	idx.mu.Unlock()
+}
+
+// spreadOrd maps hash h onto an ordinal below total, evenly.
+func spreadOrd(h uint64, total u128) u128 {
+	if total.hi == 0 {
+		hi, _ := bits.Mul64(h, total.lo)
+		return u128{0, hi}
+	}
+	return u128{0, h} // below total, which is at least 2^64
 }
 
 // created records that the Store created the claim of ip, which reserve

@@ -2,6 +2,7 @@ package ipam_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"math/rand/v2"
@@ -402,10 +403,17 @@ func TestWritersColdAllocatorDoesNotList(t *testing.T) {
 // countingStore counts the Store calls made through it.
 type countingStore struct {
 	*memstore.Store
-	calls, lists atomic.Int64
+	calls, lists, exists atomic.Int64
 }
 
 func (s *countingStore) count() { s.calls.Add(1) }
+
+// lost counts a create that found its address taken.
+func (s *countingStore) lost(err error) {
+	if errors.Is(err, store.ErrExists) {
+		s.exists.Add(1)
+	}
+}
 
 func (s *countingStore) Get(ctx context.Context, pool string, ip netip.Addr) (store.Claim, error) {
 	s.count()
@@ -420,17 +428,23 @@ func (s *countingStore) List(ctx context.Context, pool string) ([]store.Claim, e
 
 func (s *countingStore) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
 	s.count()
-	return s.Store.Create(ctx, c)
+	c, err := s.Store.Create(ctx, c)
+	s.lost(err)
+	return c, err
 }
 
 func (s *countingStore) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
 	s.count()
-	return s.Store.CreateAndSetCursor(ctx, c)
+	c, err := s.Store.CreateAndSetCursor(ctx, c)
+	s.lost(err)
+	return c, err
 }
 
 func (s *countingStore) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim, error) {
 	s.count()
-	return s.Store.CreateExclusive(ctx, c)
+	c, err := s.Store.CreateExclusive(ctx, c)
+	s.lost(err)
+	return c, err
 }
 
 func (s *countingStore) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
@@ -592,4 +606,61 @@ func TestWritersRepeatWithPoolsFiltered(t *testing.T) {
 			require.True(t, again.IPs[0].Reused)
 		})
 	}
+}
+
+// Allocators with different Options.Spread that share a pool start in
+// different parts of it, so that racing for one address is rare; without
+// Spread they all follow the Store's cursor and race for the same one.
+func TestWritersSpread(t *testing.T) {
+	ctx := context.Background()
+	cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.0/20"}]}`))
+	require.NoError(t, err)
+	conflicts := func(spread bool) (float64, map[string]bool) {
+		base := memstore.New()
+		var stores []*countingStore
+		var allocs []*ipam.Allocator
+		for i := range 8 {
+			cs := &countingStore{Store: base.Open()}
+			opts := ipam.Options{Pools: cat, Store: cs}
+			if spread {
+				opts.Spread = fmt.Sprintf("node-%d", i)
+			}
+			a, err := ipam.NewAllocator(opts)
+			require.NoError(t, err)
+			stores, allocs = append(stores, cs), append(allocs, a)
+		}
+		var (
+			mu    sync.Mutex
+			first = map[string]bool{}
+			wg    sync.WaitGroup
+		)
+		for i, a := range allocs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := range 200 {
+					res, err := a.Allocate(ctx, onPool(fmt.Sprintf("a%d-%d", i, k), "eth0", "p"))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if k == 0 {
+						mu.Lock()
+						first[res.IPs[0].Address.Addr().String()] = true
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		var exists int64
+		for _, cs := range stores {
+			exists += cs.exists.Load()
+		}
+		return float64(exists) / float64(8*200), first
+	}
+	withSpread, firsts := conflicts(true)
+	require.Len(t, firsts, 8, "each Allocator starts in its own place")
+	require.Less(t, withSpread, 0.2, "ErrExists per allocation with Spread")
+	t.Logf("ErrExists per allocation: %.3f with Spread", withSpread)
 }

@@ -28,7 +28,13 @@ var (
 	_ store.ExclusiveCreator = (*Store)(nil)
 	_ store.Watcher          = (*Store)(nil)
 	_ store.PoolVersioner    = (*Store)(nil)
+	_ store.OrderedRevisions = (*Store)(nil)
 )
+
+// RevisionsOrdered reports true: a claim's Revision is its key's ModRevision,
+// etcd's store-wide revision, which grows with every write of the cluster and
+// which a linearizable read sees up to.
+func (s *Store) RevisionsOrdered() bool { return true }
 
 // Store is a store.Store on etcd. It also implements store.Cursors,
 // store.CursorCreator, store.ExclusiveCreator, store.Watcher and

@@ -58,11 +58,6 @@ func TestConformance(t *testing.T) {
 	syncModes(t, func(t *testing.T, durable bool) {
 		t.Run("ContainerOwners", func(t *testing.T) {
 			storetest.RunConfig(t, storetest.Config{ContainerOwners: true}, func(t *testing.T) storetest.Opener {
-				if strings.HasSuffix(t.Name(), "/CreateGet") {
-					// It creates an owner with a pod UID and no container ID
-					// whatever the Config says; EncodedOwners runs it.
-					t.Skip("storetest's CreateGet writes a pod-only owner even with Config.ContainerOwners")
-				}
 				root := t.TempDir()
 				return func() store.Store {
 					a := &ctrAdapter{newAdapter(t, root, durable, false)}

@@ -287,7 +287,7 @@ type mutant struct {
 	exclusiveTwoSteps, exclusiveAnyFamily                bool
 	watchDropsDeletes, watchEmptyReset                   bool
 	ownedLags                                            bool
-	lagSeen                                              map[string]bool // claims Owned has hidden once
+	lagSeen                                              map[string]bool                    // claims Owned has hidden once
 	ownedCache                                           map[store.OwnerQuery][]store.Claim // nil: no cache
 
 	mu        sync.Mutex
