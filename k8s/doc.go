@@ -24,7 +24,12 @@
 //   - kubestore is a store.Store on IPClaim custom resources, one per
 //     claimed address, whose CustomResourceDefinitions are in config/crd;
 //   - kubepools is an ipam.PoolSource fed by informers from a Spiderpool
-//     cluster's SpiderIPPool and SpiderReservedIP objects.
+//     cluster's SpiderIPPool and SpiderReservedIP objects;
+//   - kubesubnet runs SpiderSubnet on a cluster: a Runner (a controller,
+//     leader-elected) creates, resizes and deletes the auto-pools of
+//     applications as SpiderIPPool objects by ipam.SubnetManager's
+//     decisions, and Pools finds an application's auto-pool for an
+//     allocator at once.
 //
 // Their tests run against a real API server in the test process, in the
 // separate module k8s/kubetest, which users of this module never build.

@@ -12,7 +12,9 @@
 // library's: an ipam.SubnetManager built from consistent lists of those
 // objects decides each application's pools (ipam.DecideAutoPools' rules) and
 // calls the Runner to write each change before it serves it
-// (ipam.SubnetManagerOptions.Apply):
+// (ipam.SubnetManagerOptions.Apply). Applications of other kinds (third-party
+// controllers, whose replica count only their scale subresource tells) are
+// given to Runner.SetApplication by the caller. The writes:
 //
 //   - create: a SpiderIPPool as Spiderpool's subnet controller writes one
 //     (PoolObject: spec, labels, the ippool-ip-number annotation, the

@@ -129,6 +129,9 @@ type Runner struct {
 	objMu   sync.Mutex
 	objects map[string]*unstructured.Unstructured // auto-pools as last written, by name
 
+	extMu    sync.Mutex
+	external map[string]ipam.Application // set by SetApplication, by UID
+
 	leading   sync.Mutex // held while lead runs
 	readyOnce sync.Once
 	ready     chan struct{}
@@ -166,7 +169,7 @@ func New(cfg *rest.Config, opts Options) (*Runner, error) {
 		return nil, fmt.Errorf("kubesubnet: %w", err)
 	}
 	return &Runner{opts: opts, dyn: dyn, kube: kube, meta: meta, log: opts.Logger,
-		objects: map[string]*unstructured.Unstructured{}, ready: make(chan struct{})}, nil
+		objects: map[string]*unstructured.Unstructured{}, external: map[string]ipam.Application{}, ready: make(chan struct{})}, nil
 }
 
 // kindResource maps the kinds followed to their resources.
@@ -235,6 +238,44 @@ func (r *Runner) AutoPools() []*ipam.AutoPool {
 		return nil
 	}
 	return r.m.AutoPools()
+}
+
+// SetApplication records an application the Runner does not follow itself
+// (a third-party controller, such as an OpenKruise CloneSet, with its replica
+// count from its scale subresource, or a kind left out of Options.Kinds), and
+// applies it at once if this Runner leads: its decisions are returned, and
+// the error joins theirs (see ipam.SubnetManager.SetApplication). Call it on
+// every replica, for every change: the record outlives a change of leader and
+// is part of each reading of the cluster, so its pools are never taken for an
+// orphan's.
+func (r *Runner) SetApplication(ctx context.Context, app ipam.Application) ([]ipam.AutoPoolDecision, error) {
+	if err := app.Validate(); err != nil {
+		return nil, err
+	}
+	r.extMu.Lock()
+	r.external[app.UID] = app
+	r.extMu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.m == nil {
+		return nil, nil
+	}
+	return r.m.SetApplication(ctx, app)
+}
+
+// DeleteApplication forgets an application recorded with SetApplication
+// and, if this Runner leads, reclaims its pools at once
+// (ipam.SubnetManager.DeleteApplication).
+func (r *Runner) DeleteApplication(ctx context.Context, ref ipam.AppRef) ([]ipam.AutoPoolDecision, error) {
+	r.extMu.Lock()
+	delete(r.external, ref.UID)
+	r.extMu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.m == nil {
+		return nil, nil
+	}
+	return r.m.DeleteApplication(ctx, ref)
 }
 
 // Queue keys.
@@ -628,6 +669,11 @@ func (l *leader) rebuild(ctx context.Context) error {
 			keys[keyApp+kind+"/"+mo.GetNamespace()+"/"+mo.GetName()] = app.AppRef
 		}
 	}
+	r.extMu.Lock()
+	for _, app := range r.external {
+		apps = append(apps, app)
+	}
+	r.extMu.Unlock()
 	slices.SortFunc(apps, func(a, b ipam.Application) int { return compareApps(a.AppRef, b.AppRef) })
 	r.m = m
 	ds, err := m.Resync(ctx, apps)

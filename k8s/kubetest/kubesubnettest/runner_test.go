@@ -261,3 +261,47 @@ func TestRunnerRestart(t *testing.T) {
 	waitIPs(t, keepPool, "10.63.0.10-10.63.0.14")
 	checkDisjoint(t)
 }
+
+// TestRunnerThirdParty: an application the runner does not follow (an
+// OpenKruise CloneSet) is given by the caller, with the replica count of its
+// scale subresource; its pool is created, survives a rebuild of the
+// runner's view (a pool written by hand appears), and goes with it.
+func TestRunnerThirdParty(t *testing.T) {
+	ctx := t.Context()
+	createSubnet(t, "tp-6", "10.64.0.0/16", "10.64.0.10-10.64.0.50", "")
+	r, logs := startRunner(t, kubesubnet.Options{})
+	replicas := 3
+	clone := ipam.Application{
+		AppRef:      ipam.AppRef{APIVersion: "apps.kruise.io/v1alpha1", Kind: "CloneSet", Namespace: "tp", Name: "front", UID: "7c10e000-0000-4000-8000-c10e5e700001"},
+		Annotations: subnetAnn("tp-6", ipam.AnnotationIPNumber, "+2"),
+		Replicas:    &replicas,
+	}
+	ds, err := r.SetApplication(ctx, clone)
+	require.NoError(t, err)
+	require.Equal(t, ipam.AutoPoolCreate, ds[0].Action)
+	name := ds[0].PoolName()
+	waitIPs(t, name, "10.64.0.10-10.64.0.14")
+
+	// A pool written by hand makes the runner read the cluster again; the
+	// CloneSet's pool is not taken for an orphan.
+	manual := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "spiderpool.spidernet.io/v2beta1", "kind": "SpiderIPPool",
+		"metadata": map[string]any{"name": "tp-manual", "labels": map[string]any{ipam.LabelOwnerSubnet: "tp-6"}},
+		"spec":     map[string]any{"ipVersion": int64(4), "subnet": "10.64.0.0/16", "ips": []any{"10.64.0.40-10.64.0.41"}},
+	}}
+	_, err = dyn(t).Resource(kubesubnet.IPPoolResource).Create(ctx, manual, metav1.CreateOptions{})
+	require.NoError(t, err)
+	eventually(t, "the runner counts the pool written by hand", func() (bool, string) {
+		return statusOf(t, r, "tp-6").AllocatedIPCount == 7, logs.String()
+	})
+	_, ok, _ := poolIPs(t, name)
+	require.True(t, ok)
+
+	_, err = r.DeleteApplication(ctx, clone.AppRef)
+	require.NoError(t, err)
+	eventually(t, "the CloneSet's pool gone", func() (bool, string) {
+		_, ok, _ := poolIPs(t, name)
+		return !ok, name
+	})
+	checkDisjoint(t)
+}
