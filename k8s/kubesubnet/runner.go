@@ -282,9 +282,12 @@ func (r *Runner) DeleteApplication(ctx context.Context, ref ipam.AppRef) ([]ipam
 const (
 	keyRebuild = "rebuild"
 	keySync    = "sync"
-	keyPod     = "pod/"
 	keyApp     = "app/" // then kind/namespace/name
 )
+
+// opTimeout bounds the handling of one application or one Sync: its
+// decisions, the Store's claims they read and write, and the pool writes.
+const opTimeout = time.Minute
 
 // leader is what one term of leading holds.
 type leader struct {
@@ -337,11 +340,11 @@ func (r *Runner) lead(ctx context.Context) {
 		}
 		synced = append(synced, inf.HasSynced)
 	}
+	// A pod that goes may have given addresses back: what waits for that is
+	// retried (one Sync for any number of deletions queued meanwhile).
 	pods := metaFactory.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).Informer()
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
-		if m, err := metaAccessor(obj); err == nil {
-			l.queue.Add(keyPod + string(m.GetUID()))
-		}
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) {
+		l.queue.Add(keySync)
 	}}); err != nil {
 		r.log.Error("kubesubnet: cannot follow pods", "err", err)
 		return
@@ -455,23 +458,21 @@ func (l *leader) work(ctx context.Context) bool {
 	}
 	defer l.queue.Done(key)
 	var err error
-	switch {
-	case key == keyRebuild:
+	switch key {
+	case keyRebuild:
 		err = l.rebuild(ctx)
-	case key == keySync:
+	case keySync:
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
 		err = l.withManager(func(m *ipam.SubnetManager) error {
-			ds, err := m.Sync(ctx)
+			ds, err := m.Sync(octx)
 			l.logDecisions(ds)
 			return err
 		})
-	case strings.HasPrefix(key, keyPod):
-		err = l.withManager(func(m *ipam.SubnetManager) error {
-			ds, err := m.DeletePod(ctx, strings.TrimPrefix(key, keyPod))
-			l.logDecisions(ds)
-			return err
-		})
+		cancel()
 	default:
-		err = l.app(ctx, key)
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		err = l.app(octx, key)
+		cancel()
 	}
 	if err != nil && ctx.Err() == nil {
 		l.r.log.Warn("kubesubnet: retried", "key", key, "err", err)
