@@ -188,14 +188,15 @@ func (a *Allocator) serveWith(ctx context.Context, t *task, hs *holdings, c stor
 // describes it: a stable owner's claim follows the pod of the same name to its
 // new UID, and a pod's claim that records no interface (imported from
 // Spiderpool, whose records have none) is taken by the interface t serves, so
-// that another interface on the same pool gets an address of its own.
-// host-local's legacy claims, of an owner known by container ID, stay as they
-// are. The update is revision-checked. With touch, c is written even if it
+// that another interface on the same pool gets an address of its own; so is
+// host-local's legacy claim (a container ID alone), written then in the
+// current form host-local reads too, so that the container's DEL of that
+// interface releases it. The update is revision-checked. With touch, c is written even if it
 // needs no change, and a write that finds c changed or gone (another call
 // gave it up, see settle) returns errTaken.
 func (a *Allocator) adopt(ctx context.Context, t *task, idx *poolIndex, c store.Claim, owner store.Owner, touch bool) (store.Claim, error) {
 	repoint := owner.Stable && (c.Owner.UID != owner.UID || !c.Owner.Stable)
-	name := c.Owner.Interface == "" && owner.Query().Kind != store.KindContainer
+	name := c.Owner.Interface == ""
 	if !repoint && !name && !touch {
 		return c, nil
 	}
