@@ -159,6 +159,7 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 		}
 	}
 
+	a.nameLegacy(ctx, tasks)
 	for i := range tasks {
 		if c := tasks[i].stale; c != nil {
 			if err := a.releaseStale(ctx, *c, now); err != nil {
@@ -560,6 +561,8 @@ type task struct {
 	// meet but that does not serve this task: create without the check.
 	plain bool
 	stale *store.Claim // a claim the owner no longer uses, released once the task is served
+	// legacy is the host-local legacy claim (no interface) the task reuses.
+	legacy *store.Claim
 
 	// Selected tasks only.
 	sel    *Candidates
