@@ -180,8 +180,38 @@ func (a *Allocator) serveWith(ctx context.Context, t *task, hs *holdings, c stor
 	}
 	def := idx.def.Load()
 	t.idx, t.pool, t.lay, t.ip, t.rev, t.reused = idx, def.pool, def.layout, c.IP, c.Revision, true
+	if c.Owner.Interface == "" {
+		t.legacy = &c
+	}
 	idx.learn(c.IP)
 	return nil
+}
+
+// nameLegacy writes the name of its interface into every legacy claim (a
+// container ID alone) that serves a task of an interface that another task
+// serves with a claim that names it. host-local's DEL of an interface
+// releases the legacy claims only when the interface has no other: without
+// the name, such a mix would leave the legacy claim behind. An interface
+// served by legacy claims alone keeps them as host-local wrote them. A
+// failed write is logged: the claim stays, as host-local would leave it.
+func (a *Allocator) nameLegacy(ctx context.Context, tasks []task) {
+	for i := range tasks {
+		t := &tasks[i]
+		if t.legacy == nil {
+			continue
+		}
+		if !slices.ContainsFunc(tasks, func(o task) bool { return o.iface == t.iface && o.legacy == nil && o.ip.IsValid() }) {
+			continue
+		}
+		named := *t.legacy
+		named.Owner.Interface = t.iface
+		got, err := a.store.Update(ctx, named, t.legacy.Revision)
+		if err != nil {
+			a.log.Warn("ipam: cannot name the interface of a legacy claim", "pool", named.Pool, "ip", named.IP, "err", err)
+			continue
+		}
+		t.rev, t.legacy = got.Revision, nil
+	}
 }
 
 // adopt makes claim c, which the owner holds, the owner's as this request
@@ -189,8 +219,10 @@ func (a *Allocator) serveWith(ctx context.Context, t *task, hs *holdings, c stor
 // new UID, and a pod's claim that records no interface (imported from
 // Spiderpool, whose records have none) is taken by the interface t serves, so
 // that another interface on the same pool gets an address of its own.
-// host-local's legacy claims, of an owner known by container ID, stay as they
-// are. The update is revision-checked. With touch, c is written even if it
+// host-local's legacy claims (a container ID alone) stay as they are, serving
+// any interface of the container as host-local's do, unless a request mixes
+// them with claims that name the interface (see nameLegacy). The update is
+// revision-checked. With touch, c is written even if it
 // needs no change, and a write that finds c changed or gone (another call
 // gave it up, see settle) returns errTaken.
 func (a *Allocator) adopt(ctx context.Context, t *task, idx *poolIndex, c store.Claim, owner store.Owner, touch bool) (store.Claim, error) {

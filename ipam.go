@@ -253,6 +253,7 @@ type Allocator struct {
 	excl    store.ExclusiveCreator // nil if the Store cannot check owners as it creates
 	vers    store.PoolVersioner    // nil if the Store has no pool versions
 	ordered bool                   // the Store's revisions follow its writes (store.OrderedRevisions)
+	addrs   store.AddressReader    // nil if the Store cannot find an address's claims in every pool
 	spread  uint64                 // hash of Options.Spread; 0 without
 	log     *slog.Logger
 	quarant time.Duration
@@ -279,6 +280,7 @@ func NewAllocator(opts Options) (*Allocator, error) {
 	a.cursors, _ = a.store.(store.Cursors)
 	a.excl, _ = a.store.(store.ExclusiveCreator)
 	a.vers, _ = a.store.(store.PoolVersioner)
+	a.addrs, _ = a.store.(store.AddressReader)
 	if o, ok := a.store.(store.OrderedRevisions); ok {
 		a.ordered = o.RevisionsOrdered()
 	}

@@ -681,6 +681,17 @@ func (m *SubnetManager) commit(ctx context.Context, e *autoPoolEngine, d *AutoPo
 	}
 	m.publishLocked(m.subnets[d.Subnet], d.Pool)
 	m.mu.Unlock()
+	if d.Action == AutoPoolShrink {
+		// The retirement claims fenced the addresses given back while the
+		// old definition was served. Now the new one is, and an Allocator
+		// that still claims one in this pool under the old definition
+		// gives it back itself (it checks the definition after its
+		// create), so the fences go: the addresses may serve another pool,
+		// which must not find them held here.
+		if err := m.unretire(ctx, d.Pool.Name(), d.Removed); err != nil {
+			m.log.Warn("ipam: cannot drop retirement claims; those addresses stay unused", "pool", d.Pool.Name(), "err", err)
+		}
+	}
 }
 
 // publishLocked makes a the served version of its pool. The caller holds

@@ -448,6 +448,23 @@ func (t *trackStore) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Cla
 	return t.read(callOwned, cs, err)
 }
 
+// AddressClaims passes through when the Store can find an address's claims
+// in every pool (store.AddressReader), and finds none otherwise, which is
+// what a Store that holds one address in at most one pool (filestore) would
+// answer.
+func (t *trackStore) AddressClaims(ctx context.Context, ip netip.Addr) ([]store.Claim, error) {
+	if ar, ok := t.inner.(store.AddressReader); ok {
+		return ar.AddressClaims(ctx, ip)
+	}
+	return nil, nil
+}
+
+// RevisionsOrdered passes through (false for a Store that does not say).
+func (t *trackStore) RevisionsOrdered() bool {
+	o, ok := t.inner.(store.OrderedRevisions)
+	return ok && o.RevisionsOrdered()
+}
+
 // Cursor and SetCursor pass through when the Store keeps cursors, and
 // behave as a Store without them otherwise.
 func (t *trackStore) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
