@@ -681,13 +681,19 @@ func (m *SubnetManager) commit(ctx context.Context, e *autoPoolEngine, d *AutoPo
 	}
 	m.publishLocked(m.subnets[d.Subnet], d.Pool)
 	m.mu.Unlock()
-	if d.Action == AutoPoolShrink {
+	if _, crossPool := m.claims.(store.AddressReader); d.Action == AutoPoolShrink && crossPool {
 		// The retirement claims fenced the addresses given back while the
 		// old definition was served. Now the new one is, and an Allocator
 		// that still claims one in this pool under the old definition
 		// gives it back itself (it checks the definition after its
 		// create), so the fences go: the addresses may serve another pool,
 		// which must not find them held here.
+		//
+		// A Store without AddressReader keeps them: an Allocator elsewhere
+		// that still serves the old definition (an agent whose informer
+		// has not seen the shrink yet) would claim an address another pool
+		// may now have, and there claims of two pools never meet. The
+		// fences go when the pool grows onto them again or is deleted.
 		if err := m.unretire(ctx, d.Pool.Name(), d.Removed); err != nil {
 			m.log.Warn("ipam: cannot drop retirement claims; those addresses stay unused", "pool", d.Pool.Name(), "err", err)
 		}

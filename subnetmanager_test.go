@@ -537,3 +537,38 @@ func TestSubnetManagerResyncReclaimsFirst(t *testing.T) {
 	require.Equal(t, map[string]ipam.AutoPoolAction{"auto4-gone-eth0-bbbbb": ipam.AutoPoolDelete, "auto4-kept-eth0-aaaaa": ipam.AutoPoolGrow}, actions)
 	require.Equal(t, []string{"10.6.168.101-10.6.168.108"}, ssIPs(m2.AutoPools()[0]))
 }
+
+// noAddressReader hides the AddressReader of the Store it wraps.
+type noAddressReader struct{ store.Store }
+
+// TestSubnetManagerShrinkFences: after a shrink, the claims that fenced the
+// addresses given back are dropped on a Store that finds the claims of an
+// address in every pool (AddressReader), and kept on one that does not, so
+// that an Allocator elsewhere still serving the old definition cannot claim
+// an address another pool now has.
+func TestSubnetManagerShrinkFences(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		st     store.Store
+		fences int
+	}{{"AddressReader", memstore.New(), 0}, {"no AddressReader", noAddressReader{memstore.New()}, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: tc.st})
+			require.NoError(t, err)
+			app := ssApp("Deployment", "web", ssUID, 4, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+			mustSetApp(t, m, app)
+			app.Replicas = intp(1)
+			require.Equal(t, ipam.AutoPoolShrink, ssOnly(t, mustSetApp(t, m, app)).Action)
+			cs, err := tc.st.List(ctx, "auto4-web-eth0-a5bd3")
+			require.NoError(t, err)
+			require.Len(t, cs, tc.fences)
+			// Growing onto them again drops them.
+			app.Replicas = intp(4)
+			require.Equal(t, ipam.AutoPoolGrow, ssOnly(t, mustSetApp(t, m, app)).Action)
+			cs, err = tc.st.List(ctx, "auto4-web-eth0-a5bd3")
+			require.NoError(t, err)
+			require.Empty(t, cs)
+		})
+	}
+}
