@@ -28,8 +28,13 @@
 //
 // A shrink or a deletion first claims, in the allocators' Store
 // (Options.Claims, a kubestore.Store), each address it gives back, so that no
-// allocator takes one in the meantime; those claims go once the addresses are
-// out of the pool.
+// allocator takes one in the meantime. Those of a shrink stay (on a Store
+// without store.AddressReader, as kubestore is) until the pool grows onto
+// them again or goes: an agent whose informer has not yet seen the shrink
+// finds them taken. Those of a deletion go with the pool, so an agent that
+// has not yet seen the deletion could, for the few milliseconds its informer
+// lags, claim an address of the deleted pool for a pod of the deleted
+// application while another pool is given it.
 //
 // No object holds every pool's addresses: each SpiderIPPool holds its own,
 // and a subnet's free addresses are kept by the Runner in memory, read again
