@@ -86,9 +86,10 @@ func (t *task) serves(c store.Claim) bool {
 }
 
 // held returns the index in hs.claims of the claim t should reuse, or -1: one
-// of t's interface before one that records none, then the lowest pool and
-// address.
-func (hs *holdings) held(t *task) int {
+// of t's interface before one that records none, then, with ordered
+// revisions, the lowest revision (the claim that racing creates settle on:
+// see settle), else the lowest pool and address.
+func (hs *holdings) held(t *task, ordered bool) int {
 	best := -1
 	for i, c := range hs.claims {
 		if !t.serves(c) || hs.isUsed(c) {
@@ -101,6 +102,12 @@ func (hs *holdings) held(t *task) int {
 		b := hs.claims[best]
 		if (c.Owner.Interface != "") != (b.Owner.Interface != "") {
 			if c.Owner.Interface != "" {
+				best = i
+			}
+			continue
+		}
+		if ordered && c.Revision != b.Revision {
+			if c.Revision < b.Revision {
 				best = i
 			}
 			continue
@@ -118,8 +125,19 @@ func (hs *holdings) held(t *task) int {
 // t is served anew. A claim that must follow the owner (a stable owner's under
 // a new pod UID; a pod's claim that records no interface) is re-pointed with a
 // revision-checked Update.
+//
+// On a Store that neither checks the owner as it creates nor orders its
+// revisions, the claim reused is touched (written at the revision read):
+// another call that made it for the same owner at the same moment then keeps
+// it instead of giving it up (see settle).
 func (a *Allocator) reuse(ctx context.Context, t *task, hs *holdings) error {
-	return a.reuseHeld(ctx, t, hs, false)
+	err := a.reuseHeld(ctx, t, hs, a.excl == nil && !a.ordered)
+	if errors.Is(err, errTaken) {
+		// Given up meanwhile by the call that made it: serve anew.
+		t.checked = true
+		return nil
+	}
+	return err
 }
 
 // reuseHeld is reuse; with touch, the claim reused is written even if it
@@ -127,7 +145,7 @@ func (a *Allocator) reuse(ctx context.Context, t *task, hs *holdings) error {
 // errTaken.
 func (a *Allocator) reuseHeld(ctx context.Context, t *task, hs *holdings, touch bool) error {
 	t.checked = true
-	k := hs.held(t)
+	k := hs.held(t, a.ordered)
 	if k < 0 {
 		return nil
 	}
