@@ -159,6 +159,7 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 		}
 	}
 
+	a.nameLegacy(ctx, tasks)
 	for i := range tasks {
 		if c := tasks[i].stale; c != nil {
 			if err := a.releaseStale(ctx, *c, now); err != nil {
@@ -267,18 +268,8 @@ func (a *Allocator) claimSelected(ctx context.Context, t *task, hs *holdings, no
 		t.served = rank
 		return nil
 	}
-	if !t.checked {
-		// No pool may serve a new address, but the owner may hold one
-		// already (a repeat request after its pools changed), which no
-		// create has asked the Store about: it is the answer.
-		if !hs.known {
-			if err := a.readHoldings(ctx, hs); err != nil {
-				return &AllocationError{Interface: t.iface, Family: t.family, Err: err, Reason: "reading what the owner holds: " + err.Error()}
-			}
-		}
-		if err := a.reuse(ctx, t, hs); err != nil || t.reused {
-			return err
-		}
+	if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
+		return err
 	}
 	// Nothing served: say why, pool by pool.
 	var b strings.Builder
@@ -316,6 +307,9 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
 		}
 		if def := idx.def.Load(); def.refused != nil {
+			if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
+				return err
+			}
 			return &AllocationError{Interface: t.iface, Pool: idx.name, Err: def.refused, Reason: def.refused.Error()}
 		}
 		if !listed && !want.IsValid() && idx.def.Load().pool.Strategy == LowestFree && !idx.isComplete() {
@@ -337,7 +331,7 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 						continue
 					}
 				}
-				return unavailable(t, idx, want)
+				return a.unavailable(ctx, t, hs, idx, want)
 			}
 			if !listed {
 				// Full as far as the index knows: ask the Store, which
@@ -351,17 +345,8 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 					continue
 				}
 			}
-			if !t.checked {
-				// The owner may hold one of the addresses: a repeat
-				// request that no create has asked the Store about yet.
-				if !hs.known {
-					if err := a.readHoldings(ctx, hs); err != nil {
-						return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: "reading what the owner holds: " + err.Error()}
-					}
-				}
-				if err := a.reuse(ctx, t, hs); err != nil || t.reused {
-					return err
-				}
+			if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
+				return err
 			}
 			return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrExhausted,
 				Reason: "no free address in range set " + idx.describe()}
@@ -388,7 +373,27 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 				case gone:
 					return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrNotFound, Reason: "no such pool any more"}
 				case want.IsValid():
-					return unavailable(t, idx, want)
+					return a.unavailable(ctx, t, hs, idx, want)
+				}
+				continue
+			}
+			if other, err := a.elsewhere(ctx, c); err != nil || other != "" {
+				// Another pool holds the address: one whose definition
+				// moved away from it while its owner kept it. Give ours
+				// back; the address stays taken.
+				if derr := a.store.Delete(context.WithoutCancel(ctx), c.Pool, c.IP, c.Revision); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+					return &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: derr, Reason: "store: " + derr.Error()}
+				}
+				if err != nil {
+					idx.forget(c.IP)
+					return &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err, Reason: "store: " + err.Error()}
+				}
+				if want.IsValid() {
+					if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
+						return err
+					}
+					return &AllocationError{Interface: t.iface, Pool: idx.name, IP: want, Err: ErrUnavailable,
+						Reason: fmt.Sprintf("requested IP address %s is not available: pool %q holds it", want, other)}
 				}
 				continue
 			}
@@ -433,7 +438,7 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 				}
 			}
 			if want.IsValid() {
-				return unavailable(t, idx, want)
+				return a.unavailable(ctx, t, hs, idx, want)
 			}
 		default:
 			idx.unreserve(ip, at)
@@ -462,6 +467,49 @@ func (a *Allocator) redefinedWithout(ctx context.Context, idx *poolIndex, c stor
 	}
 	_, allocatable := idx.def.Load().layout.ordinal(c.IP)
 	return false, !allocatable
+}
+
+// heldInstead is asked before t fails: the owner may hold an address that
+// serves t, which no create of this call met (a repeat request after the
+// owner's pools changed), or which another call for the same owner made
+// meanwhile. It reads what the owner holds again and reports whether t now
+// reuses one.
+func (a *Allocator) heldInstead(ctx context.Context, t *task, hs *holdings) (bool, error) {
+	if err := a.readHoldings(ctx, hs); err != nil {
+		return false, &AllocationError{Interface: t.iface, Family: t.family, Err: err, Reason: "reading what the owner holds: " + err.Error()}
+	}
+	if err := a.reuse(ctx, t, hs); err != nil || t.reused {
+		return t.reused, err
+	}
+	return false, nil
+}
+
+// elsewhere returns the name of another pool that holds a claim of c's
+// address, if the PoolSource may change (a Catalog's pools never overlap)
+// and the Store can say (store.AddressReader).
+func (a *Allocator) elsewhere(ctx context.Context, c store.Claim) (string, error) {
+	if a.static || a.addrs == nil {
+		return "", nil
+	}
+	cs, err := a.addrs.AddressClaims(ctx, c.IP)
+	if err != nil {
+		return "", err
+	}
+	for _, x := range cs {
+		if x.Pool != c.Pool {
+			return x.Pool, nil
+		}
+	}
+	return "", nil
+}
+
+// unavailable is the error for a requested address someone else holds,
+// unless the owner itself now holds what t asks for.
+func (a *Allocator) unavailable(ctx context.Context, t *task, hs *holdings, idx *poolIndex, want netip.Addr) error {
+	if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
+		return err
+	}
+	return unavailable(t, idx, want)
 }
 
 // unavailable is the error for a requested address someone else holds.
@@ -513,6 +561,8 @@ type task struct {
 	// meet but that does not serve this task: create without the check.
 	plain bool
 	stale *store.Claim // a claim the owner no longer uses, released once the task is served
+	// legacy is the host-local legacy claim (no interface) the task reuses.
+	legacy *store.Claim
 
 	// Selected tasks only.
 	sel    *Candidates

@@ -118,10 +118,12 @@ func (r AppRef) IsNative() bool {
 	return false
 }
 
-// application returns Spiderpool's name for r in a subnet's
-// controlledIPPools: "<group>_<version>_<Kind>_<namespace>_<name>", without
-// the group part for the core group.
-func (r AppRef) application() string {
+// StatusName returns the name Spiderpool gives r in a subnet's
+// status.controlledIPPools (ControlledIPs.Application):
+// "<group>_<version>_<Kind>_<namespace>_<name>", such as
+// "apps_v1_Deployment_default_web", without the group part for the core
+// group.
+func (r AppRef) StatusName() string {
 	parts := []string{r.Version(), r.Kind, r.Namespace, r.Name}
 	if g := r.Group(); g != "" {
 		parts = append([]string{g}, parts...)
@@ -556,6 +558,57 @@ func ValidateAutoPoolUpdate(old, new *AutoPool) error {
 // autoPoolAffinity returns the podAffinity of an auto-pool of app.
 func autoPoolAffinity(app AppRef) *LabelSelector {
 	return &LabelSelector{MatchLabels: AppLabels(app)}
+}
+
+// IsAutoPool reports whether p is a pool SpiderSubnet created for an
+// application, as the filters recognise one: its podAffinity's matchLabels
+// has all five application keys (LabelAppAPIGroup, LabelAppAPIVersion,
+// LabelAppKind, LabelAppNamespace and LabelAppName). Such a pool serves only
+// the pods whose Request.App matches those five values (see Subject.Check).
+//
+// Spiderpool tells an auto-pool by its object label LabelOwnerAppName, which
+// a Pool does not carry. Its webhook keeps an auto-pool's podAffinity to
+// exactly those five keys, and no pool of its making has them otherwise, so
+// both tests pick the same pools among Spiderpool's. A pool written by hand
+// with the five keys counts as auto-created here, where Spiderpool would
+// match its podAffinity against the pod's labels.
+func IsAutoPool(p *Pool) bool {
+	if p == nil || p.PodAffinity == nil {
+		return false
+	}
+	m := p.PodAffinity.MatchLabels
+	for _, k := range [...]string{LabelAppAPIGroup, LabelAppAPIVersion, LabelAppKind, LabelAppNamespace, LabelAppName} {
+		if _, ok := m[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// admitsApp reports whether the podAffinity sel of an auto-pool admits the
+// pods of app, as Spiderpool matches it: each of the five application keys
+// of matchLabels holds app's value (as AppLabels writes it); other keys and
+// matchExpressions are not looked at. The zero AppRef is admitted by none.
+// It does not allocate unless a value is longer than a label value.
+func admitsApp(sel *LabelSelector, app AppRef) bool {
+	if app.IsZero() {
+		return false
+	}
+	m := sel.MatchLabels
+	return m[LabelAppName] == labelValue(app.Name) && m[LabelAppNamespace] == labelValue(app.Namespace) &&
+		m[LabelAppKind] == labelValue(app.Kind) && m[LabelAppAPIVersion] == labelValue(app.Version()) &&
+		m[LabelAppAPIGroup] == labelValue(app.Group())
+}
+
+// affinityApp names the application the podAffinity sel of an auto-pool
+// admits, such as "Deployment default/web (apps/v1)".
+func affinityApp(sel *LabelSelector) string {
+	m := sel.MatchLabels
+	gv := m[LabelAppAPIVersion]
+	if g := m[LabelAppAPIGroup]; g != "" {
+		gv = g + "/" + gv
+	}
+	return m[LabelAppKind] + " " + m[LabelAppNamespace] + "/" + m[LabelAppName] + " (" + gv + ")"
 }
 
 // AutoPoolName returns the name of the auto-pool of an application's

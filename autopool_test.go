@@ -413,3 +413,30 @@ func TestDecideApplication(t *testing.T) {
 	require.Equal(t, ipam.AutoPoolDelete, d.Action)
 	require.Equal(t, ipam.AutoPoolDecision{}, ipam.DecideReclaim(nil, snap))
 }
+
+func TestIsAutoPool(t *testing.T) {
+	app := ssApp("Deployment", "test-app-1", ssUID, 2, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+	d := ssOnly(t, ssDecide(t, []ipam.Application{app}, []*ipam.Subnet{ssSubnet6()}, nil, nil, nil))
+	require.True(t, ipam.IsAutoPool(d.Pool.Pool), "a pool DecideAutoPools makes")
+	require.False(t, ipam.IsAutoPool(nil))
+	require.False(t, ipam.IsAutoPool(filterPool("p", "")))
+	require.False(t, ipam.IsAutoPool(filterPool("p", `"podAffinity":{"matchLabels":{"app":"web"}}`)))
+	// Four of the five keys: a label selector like any other.
+	require.False(t, ipam.IsAutoPool(filterPool("p", `"podAffinity":{"matchLabels":{"ipam.spidernet.io/app-api-version":"v1",`+
+		`"ipam.spidernet.io/app-kind":"Deployment","ipam.spidernet.io/app-namespace":"ns1","ipam.spidernet.io/app-name":"web"}}`)))
+	// The five keys, with an empty group (the core group): auto-created.
+	require.True(t, ipam.IsAutoPool(filterPool("p", `"podAffinity":{"matchLabels":{"ipam.spidernet.io/app-api-group":"","ipam.spidernet.io/app-api-version":"v1",`+
+		`"ipam.spidernet.io/app-kind":"Thing","ipam.spidernet.io/app-namespace":"ns1","ipam.spidernet.io/app-name":"web"}}`)))
+}
+
+func TestSubjectOfApp(t *testing.T) {
+	req := ipam.Request{Namespace: "ns1", Name: "web-0", App: filterApp()}
+	s, err := ipam.SubjectOf(&req, ipam.Interface{Name: "net1"})
+	require.NoError(t, err)
+	require.Equal(t, filterApp(), s.App)
+}
+
+func TestAppRefStatusName(t *testing.T) {
+	require.Equal(t, "apps_v1_Deployment_default_web", ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web"}.StatusName())
+	require.Equal(t, "v1_ReplicationController_default_rc", ipam.AppRef{APIVersion: "v1", Kind: "ReplicationController", Namespace: "default", Name: "rc"}.StatusName())
+}

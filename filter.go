@@ -59,6 +59,10 @@ type Subject struct {
 	// NodeLabels, PodLabels and NamespaceLabels are matched against the
 	// pool's nodeAffinity, podAffinity and namespaceAffinity.
 	NodeLabels, PodLabels, NamespaceLabels map[string]string
+	// App is the pod's application (its top controller), matched against
+	// the podAffinity of an auto-created pool (IsAutoPool); the zero AppRef
+	// is a pod without a controller, or one whose controller is not known.
+	App AppRef
 	// Interface is the interface being served, such as "eth0" or "net1".
 	Interface string
 	// Network is the Multus network behind the interface, as "namespace/name",
@@ -103,6 +107,7 @@ func SubjectOf(req *Request, ifc Interface) (Subject, error) {
 		NodeLabels:      req.NodeLabels,
 		PodLabels:       req.Labels,
 		NamespaceLabels: req.NamespaceLabels,
+		App:             req.App,
 		Interface:       ifc.Name,
 		Network:         ifc.Network,
 	}
@@ -350,15 +355,20 @@ func (r Rejection) String() string { return r.Pool + ": " + r.Message }
 //  4. the node: if p lists nodeName, the subject's node must be listed;
 //     otherwise, if p has a nodeAffinity, it must match the node's labels;
 //  5. the namespace: namespaceName, else namespaceAffinity, likewise;
-//  6. p's podAffinity, if set, must match the pod's labels;
+//  6. p's podAffinity, if set, must match the pod's labels; but an
+//     auto-created pool's (IsAutoPool) must match the pod's application,
+//     Subject.App, as Spiderpool matches it against the pod's top
+//     controller: its five application keys must hold the application's
+//     API group, version, kind, namespace and name. A pod without an
+//     application matches no auto-created pool. As in Spiderpool, an
+//     auto-created pool that passes is not checked further (rule 7);
 //  7. if p lists multusName, the subject's network must be one of them,
 //     compared as written (an unknown network matches none).
 //
 // A pool without multusName is never rejected for Multus reasons, although
 // Spiderpool rejects every pool on the first interface when it knows no
-// default network (a deliberate difference). Spiderpool's special podAffinity
-// rule for its auto-created pools does not apply: podAffinity is always a
-// label selector here. A nil p is rejected with ReasonNotFound.
+// default network (a deliberate difference). A nil p is rejected with
+// ReasonNotFound.
 //
 // Check does not allocate when p passes.
 func (s *Subject) Check(p *Pool, family int) (Rejection, bool) {
@@ -396,8 +406,21 @@ func (s *Subject) Check(p *Pool, family int) (Rejection, bool) {
 	} else if p.NamespaceAffinity != nil && !p.NamespaceAffinity.Matches(s.NamespaceLabels) {
 		return reject(ReasonNamespaceAffinity, "namespace "+strconv.Quote(s.Namespace)+" labels do not match namespaceAffinity "+p.NamespaceAffinity.String())
 	}
-	if p.PodAffinity != nil && !p.PodAffinity.Matches(s.PodLabels) {
-		return reject(ReasonPodAffinity, "pod labels do not match podAffinity "+p.PodAffinity.String())
+	if p.PodAffinity != nil {
+		switch {
+		case !IsAutoPool(p):
+			if !p.PodAffinity.Matches(s.PodLabels) {
+				return reject(ReasonPodAffinity, "pod labels do not match podAffinity "+p.PodAffinity.String())
+			}
+		case s.App.IsZero():
+			return reject(ReasonPodAffinity, "pod has no application (no controller, or none given), and an auto-created pool serves only the pods of its own: "+
+				affinityApp(p.PodAffinity))
+		case !admitsApp(p.PodAffinity, s.App):
+			return reject(ReasonPodAffinity, "pod's application "+s.App.String()+" ("+s.App.APIVersion+
+				") does not match the podAffinity of an auto-created pool, which serves the pods of "+affinityApp(p.PodAffinity))
+		default:
+			return Rejection{}, false
+		}
 	}
 	if len(p.MultusName) > 0 {
 		if s.Network == "" {

@@ -3,6 +3,7 @@ package ipam_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -35,6 +36,18 @@ func filterSubject() ipam.Subject {
 		Network:         "kube-system/macvlan",
 	}
 }
+
+// autoAffinity is the podAffinity of an auto-created pool of Deployment
+// ns1/web (filterApp).
+const autoAffinity = `"podAffinity":{"matchLabels":{"ipam.spidernet.io/app-api-group":"apps","ipam.spidernet.io/app-api-version":"v1",` +
+	`"ipam.spidernet.io/app-kind":"Deployment","ipam.spidernet.io/app-namespace":"ns1","ipam.spidernet.io/app-name":"web"}}`
+
+func filterApp() ipam.AppRef {
+	return ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "ns1", Name: "web", UID: "u-web-0000a"}
+}
+
+// longAppName is longer than a label value may be.
+var longAppName = strings.Repeat("w", 70)
 
 func TestCheck(t *testing.T) {
 	tests := []struct {
@@ -215,6 +228,61 @@ func TestCheck(t *testing.T) {
 			want:    ipam.Rejection{Pool: "p1", Reason: ipam.ReasonPodAffinity, Message: "pod labels do not match podAffinity app=db"},
 		},
 		{
+			name:    "auto-created pool: the pod's application matches",
+			pool:    filterPool("auto4-web-eth0-a5bd3", autoAffinity),
+			subject: func(s *ipam.Subject) { s.App = filterApp() },
+			family:  4,
+		},
+		{
+			name: "auto-created pool: the pod's labels do not count",
+			pool: filterPool("auto4-web-eth0-a5bd3", autoAffinity),
+			subject: func(s *ipam.Subject) {
+				s.PodLabels = map[string]string{"ipam.spidernet.io/app-api-group": "apps", "ipam.spidernet.io/app-api-version": "v1",
+					"ipam.spidernet.io/app-kind": "Deployment", "ipam.spidernet.io/app-namespace": "ns1", "ipam.spidernet.io/app-name": "web"}
+			},
+			family: 4,
+			want: ipam.Rejection{Pool: "auto4-web-eth0-a5bd3", Reason: ipam.ReasonPodAffinity,
+				Message: "pod has no application (no controller, or none given), and an auto-created pool serves only the pods of its own: Deployment ns1/web (apps/v1)"},
+		},
+		{
+			name:    "auto-created pool: another application",
+			pool:    filterPool("auto4-web-eth0-a5bd3", autoAffinity),
+			subject: func(s *ipam.Subject) { s.App = filterApp(); s.App.Name = "db" },
+			family:  4,
+			want: ipam.Rejection{Pool: "auto4-web-eth0-a5bd3", Reason: ipam.ReasonPodAffinity,
+				Message: "pod's application Deployment ns1/db (apps/v1) does not match the podAffinity of an auto-created pool, which serves the pods of Deployment ns1/web (apps/v1)"},
+		},
+		{
+			name:    "auto-created pool: another API version of the same kind and name",
+			pool:    filterPool("auto4-web-eth0-a5bd3", autoAffinity),
+			subject: func(s *ipam.Subject) { s.App = filterApp(); s.App.APIVersion = "apps/v1beta2" },
+			family:  4,
+			want: ipam.Rejection{Pool: "auto4-web-eth0-a5bd3", Reason: ipam.ReasonPodAffinity,
+				Message: "pod's application Deployment ns1/web (apps/v1beta2) does not match the podAffinity of an auto-created pool, which serves the pods of Deployment ns1/web (apps/v1)"},
+		},
+		{
+			name: "auto-created pool: a long application name, as its labels shorten it",
+			pool: filterPool("p1", `"podAffinity":{"matchLabels":{"ipam.spidernet.io/app-api-group":"apps","ipam.spidernet.io/app-api-version":"v1",`+
+				`"ipam.spidernet.io/app-kind":"Deployment","ipam.spidernet.io/app-namespace":"ns1","ipam.spidernet.io/app-name":"`+
+				ipam.AppLabels(ipam.AppRef{Name: longAppName})["ipam.spidernet.io/app-name"]+`"}}`),
+			subject: func(s *ipam.Subject) { s.App = filterApp(); s.App.Name = longAppName },
+			family:  4,
+		},
+		{
+			name:    "auto-created pool: as in Spiderpool, multusName is not checked once the application matches",
+			pool:    filterPool("auto4-web-eth0-a5bd3", autoAffinity+`,"multusName":["kube-system/ipvlan"]`),
+			subject: func(s *ipam.Subject) { s.App = filterApp() },
+			family:  4,
+		},
+		{
+			name:    "four of the five application keys: a label selector on the pod's labels",
+			pool:    filterPool("p1", `"podAffinity":{"matchLabels":{"ipam.spidernet.io/app-kind":"Deployment","ipam.spidernet.io/app-namespace":"ns1","ipam.spidernet.io/app-name":"web","ipam.spidernet.io/app-api-version":"v1"}}`),
+			subject: func(s *ipam.Subject) { s.App = filterApp() },
+			family:  4,
+			want: ipam.Rejection{Pool: "p1", Reason: ipam.ReasonPodAffinity,
+				Message: "pod labels do not match podAffinity ipam.spidernet.io/app-api-version=v1,ipam.spidernet.io/app-kind=Deployment,ipam.spidernet.io/app-name=web,ipam.spidernet.io/app-namespace=ns1"},
+		},
+		{
 			name:    "multusName mismatch",
 			pool:    filterPool("p1", `"multusName":["kube-system/ipvlan"]`),
 			subject: func(s *ipam.Subject) { s.Interface, s.Network = "net1", "kube-system/macvlan" },
@@ -300,13 +368,18 @@ func TestCheckPassDoesNotAllocate(t *testing.T) {
 		`"podAffinity":{"matchLabels":{"app":"web"},"matchExpressions":[{"key":"tier","operator":"NotIn","values":["db"]}]},`+
 		`"multusName":["kube-system/ipvlan","kube-system/macvlan"]`)
 	p2 := filterPool("p2", `"nodeAffinity":{"matchExpressions":[{"key":"zone","operator":"In","values":["a","b"]}]},"namespaceName":["ns1"]`)
+	auto := filterPool("auto4-web-eth0-a5bd3", autoAffinity)
 	s := filterSubject()
+	s.App = filterApp()
 	allocs := testing.AllocsPerRun(200, func() {
 		if _, bad := s.Check(p, 4); bad {
 			panic("p1 rejected")
 		}
 		if _, bad := s.Check(p2, 4); bad {
 			panic("p2 rejected")
+		}
+		if _, bad := s.Check(auto, 4); bad {
+			panic("auto-pool rejected")
 		}
 	})
 	require.Zero(t, allocs)

@@ -86,9 +86,10 @@ func (t *task) serves(c store.Claim) bool {
 }
 
 // held returns the index in hs.claims of the claim t should reuse, or -1: one
-// of t's interface before one that records none, then the lowest pool and
-// address.
-func (hs *holdings) held(t *task) int {
+// of t's interface before one that records none, then, with ordered
+// revisions, the lowest revision (the claim that racing creates settle on:
+// see settle), else the lowest pool and address.
+func (hs *holdings) held(t *task, ordered bool) int {
 	best := -1
 	for i, c := range hs.claims {
 		if !t.serves(c) || hs.isUsed(c) {
@@ -101,6 +102,12 @@ func (hs *holdings) held(t *task) int {
 		b := hs.claims[best]
 		if (c.Owner.Interface != "") != (b.Owner.Interface != "") {
 			if c.Owner.Interface != "" {
+				best = i
+			}
+			continue
+		}
+		if ordered && c.Revision != b.Revision {
+			if c.Revision < b.Revision {
 				best = i
 			}
 			continue
@@ -118,8 +125,19 @@ func (hs *holdings) held(t *task) int {
 // t is served anew. A claim that must follow the owner (a stable owner's under
 // a new pod UID; a pod's claim that records no interface) is re-pointed with a
 // revision-checked Update.
+//
+// On a Store that neither checks the owner as it creates nor orders its
+// revisions, the claim reused is touched (written at the revision read):
+// another call that made it for the same owner at the same moment then keeps
+// it instead of giving it up (see settle).
 func (a *Allocator) reuse(ctx context.Context, t *task, hs *holdings) error {
-	return a.reuseHeld(ctx, t, hs, false)
+	err := a.reuseHeld(ctx, t, hs, a.excl == nil && !a.ordered)
+	if errors.Is(err, errTaken) {
+		// Given up meanwhile by the call that made it: serve anew.
+		t.checked = true
+		return nil
+	}
+	return err
 }
 
 // reuseHeld is reuse; with touch, the claim reused is written even if it
@@ -127,7 +145,7 @@ func (a *Allocator) reuse(ctx context.Context, t *task, hs *holdings) error {
 // errTaken.
 func (a *Allocator) reuseHeld(ctx context.Context, t *task, hs *holdings, touch bool) error {
 	t.checked = true
-	k := hs.held(t)
+	k := hs.held(t, a.ordered)
 	if k < 0 {
 		return nil
 	}
@@ -180,8 +198,38 @@ func (a *Allocator) serveWith(ctx context.Context, t *task, hs *holdings, c stor
 	}
 	def := idx.def.Load()
 	t.idx, t.pool, t.lay, t.ip, t.rev, t.reused = idx, def.pool, def.layout, c.IP, c.Revision, true
+	if c.Owner.Interface == "" {
+		t.legacy = &c
+	}
 	idx.learn(c.IP)
 	return nil
+}
+
+// nameLegacy writes the name of its interface into every legacy claim (a
+// container ID alone) that serves a task of an interface that another task
+// serves with a claim that names it. host-local's DEL of an interface
+// releases the legacy claims only when the interface has no other: without
+// the name, such a mix would leave the legacy claim behind. An interface
+// served by legacy claims alone keeps them as host-local wrote them. A
+// failed write is logged: the claim stays, as host-local would leave it.
+func (a *Allocator) nameLegacy(ctx context.Context, tasks []task) {
+	for i := range tasks {
+		t := &tasks[i]
+		if t.legacy == nil {
+			continue
+		}
+		if !slices.ContainsFunc(tasks, func(o task) bool { return o.iface == t.iface && o.legacy == nil && o.ip.IsValid() }) {
+			continue
+		}
+		named := *t.legacy
+		named.Owner.Interface = t.iface
+		got, err := a.store.Update(ctx, named, t.legacy.Revision)
+		if err != nil {
+			a.log.Warn("ipam: cannot name the interface of a legacy claim", "pool", named.Pool, "ip", named.IP, "err", err)
+			continue
+		}
+		t.rev, t.legacy = got.Revision, nil
+	}
 }
 
 // adopt makes claim c, which the owner holds, the owner's as this request
@@ -189,8 +237,10 @@ func (a *Allocator) serveWith(ctx context.Context, t *task, hs *holdings, c stor
 // new UID, and a pod's claim that records no interface (imported from
 // Spiderpool, whose records have none) is taken by the interface t serves, so
 // that another interface on the same pool gets an address of its own.
-// host-local's legacy claims, of an owner known by container ID, stay as they
-// are. The update is revision-checked. With touch, c is written even if it
+// host-local's legacy claims (a container ID alone) stay as they are, serving
+// any interface of the container as host-local's do, unless a request mixes
+// them with claims that name the interface (see nameLegacy). The update is
+// revision-checked. With touch, c is written even if it
 // needs no change, and a write that finds c changed or gone (another call
 // gave it up, see settle) returns errTaken.
 func (a *Allocator) adopt(ctx context.Context, t *task, idx *poolIndex, c store.Claim, owner store.Owner, touch bool) (store.Claim, error) {

@@ -98,6 +98,16 @@ type Request struct {
 	NamespaceAnnotations map[string]string
 	// NetConf is the CNI network config's pool defaults.
 	NetConf NetConf
+	// App is the pod's application: its top controller, such as the
+	// Deployment above its ReplicaSet, the CronJob above its Job, or a
+	// StatefulSet, DaemonSet or third-party controller that owns it
+	// directly. The zero AppRef means the pod has no controller, or the
+	// caller did not say. An auto-created pool (IsAutoPool) serves only the
+	// pods of its application: its podAffinity is matched against App, not
+	// against Labels, as Spiderpool matches it against the pod's top
+	// controller; and the SpiderSubnet annotations serve the pool of App
+	// (see AutoPoolSource). Package k8s fills it from the owner chain.
+	App AppRef
 
 	// Interfaces lists the interfaces to serve.
 	Interfaces []Interface
@@ -243,6 +253,7 @@ type Allocator struct {
 	excl    store.ExclusiveCreator // nil if the Store cannot check owners as it creates
 	vers    store.PoolVersioner    // nil if the Store has no pool versions
 	ordered bool                   // the Store's revisions follow its writes (store.OrderedRevisions)
+	addrs   store.AddressReader    // nil if the Store cannot find an address's claims in every pool
 	spread  uint64                 // hash of Options.Spread; 0 without
 	log     *slog.Logger
 	quarant time.Duration
@@ -269,6 +280,7 @@ func NewAllocator(opts Options) (*Allocator, error) {
 	a.cursors, _ = a.store.(store.Cursors)
 	a.excl, _ = a.store.(store.ExclusiveCreator)
 	a.vers, _ = a.store.(store.PoolVersioner)
+	a.addrs, _ = a.store.(store.AddressReader)
 	if o, ok := a.store.(store.OrderedRevisions); ok {
 		a.ordered = o.RevisionsOrdered()
 	}
@@ -276,12 +288,23 @@ func NewAllocator(opts Options) (*Allocator, error) {
 	if opts.Spread != "" {
 		h := fnv.New64a()
 		h.Write([]byte(opts.Spread))
-		a.spread = h.Sum64() | 1 // never 0
+		a.spread = mix64(h.Sum64()) | 1 // never 0
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	return a, nil
+}
+
+// mix64 mixes the bits of h (MurmurHash3's finalizer): FNV-1a alone hardly
+// changes the high bits for names that differ in their last characters.
+func mix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
 }
 
 // quarantineUntil returns until when an address released at now stays out of

@@ -559,15 +559,17 @@ func (idx *poolIndex) retire(ip netip.Addr, until time.Time) {
 		idx.forgetLocked(ip)
 		return
 	}
+	// Kept even for an address the definition in force does not cover: it
+	// may cover it again before the quarantine ends.
 	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
 		idx.tree.set(o)
-		idx.quarantine = append(idx.quarantine, quarantined{ip, until})
-		if idx.quarUntil == nil {
-			idx.quarUntil = make(map[netip.Addr]time.Time)
-		}
-		if cur, ok := idx.quarUntil[ip]; !ok || until.After(cur) {
-			idx.quarUntil[ip] = until
-		}
+	}
+	idx.quarantine = append(idx.quarantine, quarantined{ip, until})
+	if idx.quarUntil == nil {
+		idx.quarUntil = make(map[netip.Addr]time.Time)
+	}
+	if cur, ok := idx.quarUntil[ip]; !ok || until.After(cur) {
+		idx.quarUntil[ip] = until
 	}
 }
 

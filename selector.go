@@ -49,12 +49,13 @@ type AutoPoolSource interface {
 	PoolSource
 	// AutoPool returns the name of the pool that serves interface iface, IP
 	// family family (4 or 6), of the pod req describes, from the SpiderSubnet
-	// named subnet: the auto-pool of the pod's application, which it may
-	// create or resize first; Pool must then know it. It never waits: when
-	// the pool cannot serve yet, it returns at once an error wrapping
-	// ErrNotReady that says why. A pod without a controller gets an error
-	// wrapping ErrNotSupported; an unknown subnet, ErrNotFound. req is only
-	// read.
+	// named subnet: the auto-pool of the pod's application (req.App), which
+	// it may create or resize first; Pool must then know it, with a
+	// podAffinity that admits req.App (see IsAutoPool), or none. It never
+	// waits: when the pool cannot serve yet, it returns at once an error
+	// wrapping ErrNotReady that says why. A pod without a controller (req.App
+	// is zero) gets an error wrapping ErrNotSupported; an unknown subnet,
+	// ErrNotFound. req is only read.
 	AutoPool(req *Request, iface string, family int, subnet string) (string, error)
 }
 

@@ -141,15 +141,14 @@ func (c *ssCluster) mustSet(app ipam.Application) []ipam.AutoPoolDecision {
 	return ds
 }
 
-// start registers pod name of app and allocates its interfaces.
+// start allocates the interfaces of pod name of app.
 func (c *ssCluster) start(app ipam.Application, name string, stable bool, ifaces ...string) (ipam.Result, error) {
 	c.t.Helper()
 	if len(ifaces) == 0 {
 		ifaces = []string{"eth0"}
 	}
 	uid := "uid-" + name
-	require.NoError(c.t, c.m.SetPod(ipam.PodRef{Namespace: "default", Name: name, UID: uid, App: app.AppRef}))
-	req := ipam.Request{Namespace: "default", Name: name, UID: uid, Stable: stable, Annotations: app.Annotations}
+	req := ipam.Request{Namespace: "default", Name: name, UID: uid, Stable: stable, Annotations: app.Annotations, App: app.AppRef}
 	for _, i := range ifaces {
 		req.Interfaces = append(req.Interfaces, ipam.Interface{Name: i})
 	}
@@ -526,9 +525,8 @@ var ssCases = map[string]func(t *testing.T){
 				ips[p] = res.IPs[0].Address.Addr()
 			}
 			// A restarted member (new UID, same name) keeps its address.
-			require.NoError(t, c.m.SetPod(ipam.PodRef{Namespace: "default", Name: "sts-1", UID: "uid-sts-1-again", App: sts.AppRef}))
 			res, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "sts-1", UID: "uid-sts-1-again", Stable: true,
-				Annotations: sts.Annotations, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+				Annotations: sts.Annotations, App: sts.AppRef, Interfaces: []ipam.Interface{{Name: "eth0"}}})
 			require.NoError(t, err)
 			require.Equal(t, ips["sts-1"], res.IPs[0].Address.Addr())
 			// Scale 3 -> 2.
@@ -707,4 +705,58 @@ func TestSpiderSubnetScenarios(t *testing.T) {
 	for _, id := range ids {
 		t.Run(id, ssCases[id])
 	}
+}
+
+// TestSpiderSubnetAutoPoolAffinity checks Spiderpool's podAffinity rule for
+// auto-created pools (its agent's selectByPod: an auto-created pool's
+// podAffinity is matched against the pod's top controller,
+// IsMatchAutoPoolAffinity, and a mismatch filters the pool out): a pod of
+// another application, or one without a controller, that names an auto-pool
+// in ipam.spidernet.io/ippool is refused by the pod-affinity filter; a pod
+// of the application that names it so is served. (This was README
+// difference 14 before a Request carried the pod's application.)
+func TestSpiderSubnetAutoPoolAffinity(t *testing.T) {
+	c := newSSCluster(t, []*ipam.Subnet{ssSubnet6()}, nil)
+	web := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+	c.mustSet(web)
+	byName := ssAnn(ipam.AnnotationIPPool, `{"ipv4":["auto4-web-eth0-a5bd3"]}`)
+	for _, tc := range []struct {
+		name string
+		app  ipam.AppRef
+		want string
+	}{
+		{"another application", ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "other", UID: "u-other-0ther"},
+			"eth0 IPv4 auto4-web-eth0-a5bd3: filtered: pod's application Deployment default/other (apps/v1) does not match the podAffinity of an auto-created pool, which serves the pods of Deployment default/web (apps/v1)"},
+		{"same name, another kind", ipam.AppRef{APIVersion: "apps/v1", Kind: "StatefulSet", Namespace: "default", Name: "web", UID: "u-sts-5t5t5"},
+			"eth0 IPv4 auto4-web-eth0-a5bd3: filtered: pod's application StatefulSet default/web (apps/v1) does not match the podAffinity of an auto-created pool, which serves the pods of Deployment default/web (apps/v1)"},
+		{"no controller", ipam.AppRef{},
+			"eth0 IPv4 auto4-web-eth0-a5bd3: filtered: pod has no application (no controller, or none given), and an auto-created pool serves only the pods of its own: Deployment default/web (apps/v1)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "intruder", UID: "uid-intruder", App: tc.app,
+				Annotations: byName, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+			require.ErrorIs(t, err, ipam.ErrNoCandidates)
+			var ae *ipam.AllocationError
+			require.ErrorAs(t, err, &ae)
+			require.Len(t, ae.Trace, 1)
+			require.Equal(t, ipam.ReasonPodAffinity, ae.Trace[0].Reason)
+			require.Equal(t, ipam.SourcePodIPPool, ae.Trace[0].Source)
+			require.Equal(t, tc.want, ae.Trace[0].String())
+		})
+	}
+	// The application's own pod may name its pool, and gets the lowest
+	// free address of it.
+	res, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "web-0", UID: "uid-web-0", App: web.AppRef,
+		Annotations: byName, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+	require.NoError(t, err)
+	require.Equal(t, "auto4-web-eth0-a5bd3", res.IPs[0].Pool)
+	require.Equal(t, "10.6.168.101/16", res.IPs[0].Address.String())
+	require.Equal(t, ipam.SourcePodIPPool, res.Trace[0].Source)
+	// A pod that asks through the subnet annotation but names another
+	// application is refused by Select before any filter: its application
+	// has no pool.
+	other := ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "other", UID: "u-other-0ther"}
+	_, err = c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "x", UID: "uid-x", App: other,
+		Annotations: web.Annotations, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+	require.ErrorIs(t, err, ipam.ErrNotReady)
 }

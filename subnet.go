@@ -422,7 +422,7 @@ func SubnetStatusOf(s *Subnet, pools []*Pool, autoPools []*AutoPool) SubnetStatu
 		if a == nil || a.Subnet != s.Name || a.Pool == nil {
 			continue
 		}
-		add(a.Pool.Name, a.Pool.usable(nil), a.App.application())
+		add(a.Pool.Name, a.Pool.usable(nil), a.App.StatusName())
 	}
 	return st
 }

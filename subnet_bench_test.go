@@ -62,11 +62,8 @@ func BenchmarkAutoPools(b *testing.B) {
 					for r := range n.replicas {
 						name := fmt.Sprintf("%s-%d", app.Name, r)
 						uid := app.UID + "-" + name
-						if err := m.SetPod(ipam.PodRef{Namespace: "bench", Name: name, UID: uid, App: app.AppRef}); err != nil {
-							b.Fatal(err)
-						}
 						if _, err := alloc.Allocate(ctx, ipam.Request{Namespace: "bench", Name: name, UID: uid,
-							Annotations: app.Annotations, Interfaces: []ipam.Interface{{Name: "eth0"}}}); err != nil {
+							Annotations: app.Annotations, App: app.AppRef, Interfaces: []ipam.Interface{{Name: "eth0"}}}); err != nil {
 							b.Fatal(err)
 						}
 					}

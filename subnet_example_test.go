@@ -70,11 +70,9 @@ func ExampleSubnetManager() {
 		Annotations: map[string]string{ipam.AnnotationSubnet: `{"ipv4":["subnet-6"]}`},
 		Replicas:    &replicas,
 	}
+	// A pod names its application (its top controller) in Request.App.
 	pod := func(name string, owner ipam.AppRef) ipam.Request {
-		if err := m.SetPod(ipam.PodRef{Namespace: "default", Name: name, UID: "uid-" + name, App: owner}); err != nil {
-			panic(err)
-		}
-		return ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name,
+		return ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name, App: owner,
 			Annotations: app.Annotations, Interfaces: []ipam.Interface{{Name: "eth0"}}}
 	}
 
@@ -104,7 +102,7 @@ func ExampleSubnetManager() {
 	ds, _ = m.DeletePod(ctx, "uid-web-0")
 	fmt.Println(ds[0].Action, m.Status()[0].AllocatedIPCount)
 	// Output:
-	// true pod default/web-0 of Deployment default/web eth0 IPv4: subnet "subnet-6": the application is not known to the subnet manager yet (SetApplication creates its pools)
+	// true pod default/web-0 of Deployment default/web eth0 IPv4: subnet "subnet-6": the application (uid "6f1d-00000-a5bd3c") is not known to the subnet manager yet (SetApplication creates its pools)
 	// 10.6.168.101/16 from auto4-web-eth0-a5bd3 by pod annotation ipam.spidernet.io/subnet
 	// true
 	// terminate

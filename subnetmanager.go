@@ -43,18 +43,22 @@ type SubnetManagerOptions struct {
 	Claims store.Store
 	// AutoPool tunes the decisions (the default pool size).
 	AutoPool AutoPoolOptions
+	// Apply, if set, writes each change of an auto-pool where the pools
+	// live (SpiderIPPool objects, say) before the manager serves it: the
+	// decisions AutoPoolCreate, AutoPoolGrow, AutoPoolShrink,
+	// AutoPoolUpdate, AutoPoolTerminate and AutoPoolDelete, with the pool as
+	// the decision leaves it (for AutoPoolDelete, the pool deleted). It is
+	// called with the lock of the pool's subnet held, so the changes of one
+	// subnet are written one at a time, in order, and those of different
+	// subnets in parallel. A shrink or a deletion has claimed the addresses
+	// it gives back when Apply is called. If Apply returns an error, the
+	// change is not made: the addresses stay where they were, and the
+	// decision becomes an AutoPoolWait whose Err wraps ErrNotReady and says
+	// why, retried on Sync. An application's pools are then not all or
+	// nothing: those written stay.
+	Apply func(ctx context.Context, d *AutoPoolDecision) error
 	// Logger receives debug records. Nil discards them.
 	Logger *slog.Logger
-}
-
-// PodRef is what a SubnetManager needs to know about a pod: who it is, and
-// the application that controls it (the zero AppRef for a pod without a
-// controller).
-//
-// The zero PodRef is not valid. It is a plain value.
-type PodRef struct {
-	Namespace, Name, UID string
-	App                  AppRef
 }
 
 // SubnetManager runs SpiderSubnet in memory: told which applications and
@@ -79,15 +83,19 @@ type PodRef struct {
 // address it gives back (create-if-absent, as a pod's claim would be), so
 // that an address a pod got in the meantime is never given to another pool.
 //
-// The pools served to the Allocator leave out the auto-pools' podAffinity:
-// it matches the pod's application, which a Request does not carry, so
-// Select offers an auto-pool only to the pods of its application instead.
-// Auto-pools hand out their lowest free address, as Spiderpool's do.
+// A pod asks for its application's pools with the subnet annotations and
+// names its application in Request.App (its top controller). The auto-pools
+// are served with their podAffinity, which the Allocator's filters match
+// against Request.App (see IsAutoPool): a pod of another application that
+// names an auto-pool in ipam.spidernet.io/ippool(s) is refused, as
+// Spiderpool refuses it. Auto-pools hand out their lowest free address, as
+// Spiderpool's do.
 //
 // A SubnetManager is safe for concurrent use. Its zero value is not usable:
 // call NewSubnetManager.
 type SubnetManager struct {
 	opts     AutoPoolOptions
+	writer   func(context.Context, *AutoPoolDecision) error
 	claims   store.Store
 	log      *slog.Logger
 	manual   *Catalog
@@ -96,7 +104,6 @@ type SubnetManager struct {
 
 	mu   sync.Mutex
 	apps map[string]*Application // by UID
-	pods map[string]PodRef       // by UID
 	// podPools are the pools AutoPool served each pod from, by pod UID: a
 	// pool may have changed hands (reuse) since.
 	podPools map[string][]string
@@ -195,12 +202,12 @@ func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
 	}
 	m := &SubnetManager{
 		opts:     opts.AutoPool,
+		writer:   opts.Apply,
 		claims:   opts.Claims,
 		log:      opts.Logger,
 		subnets:  make(map[string]*subnetState, len(opts.Subnets)),
 		reserved: snap.reserved,
 		apps:     make(map[string]*Application),
-		pods:     make(map[string]PodRef),
 		podPools: make(map[string][]string),
 		auto:     make(map[string]*AutoPool),
 		byUID:    make(map[string][]*AutoPool),
@@ -274,30 +281,31 @@ func (m *SubnetManager) DefaultPools() iter.Seq[*Pool] { return m.manual.Default
 func (m *SubnetManager) Reserved(family int) *netipx.IPSet { return m.manual.Reserved(family) }
 
 // AutoPool returns the auto-pool that serves interface iface and IP family
-// family of the pod req describes (registered with SetPod) from the subnet
-// named subnet. It does not create or resize pools (SetApplication did), and
-// it never waits: see AutoPoolSource.
+// family of the pod req describes from the subnet named subnet: the pool of
+// the pod's application, req.App (by its UID). It does not create or resize
+// pools (SetApplication did), and it never waits: see AutoPoolSource. A
+// request without App is a pod without a controller, which SpiderSubnet does
+// not serve (ErrNotSupported); an App whose UID SetApplication has not
+// recorded is not known yet (ErrNotReady).
 func (m *SubnetManager) AutoPool(req *Request, iface string, family int, subnet string) (string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	pod, ok := m.pods[req.UID]
+	app := req.App
 	podName := req.Namespace + "/" + req.Name
 	fail := func(app AppRef, reason string, sentinel error) (string, error) {
 		return "", &AutoPoolError{App: app, Pod: podName, Interface: iface, Family: family, Subnet: subnet, Reason: reason, Err: sentinel}
 	}
-	switch {
-	case !ok:
-		return fail(AppRef{}, fmt.Sprintf("uid %q is not known to the subnet manager yet (SetPod registers a pod and its application)", req.UID), ErrNotReady)
-	case pod.App.IsZero():
-		return fail(AppRef{}, "SpiderSubnet auto-pools serve the pods of a controller, and this pod has none (Spiderpool: SpiderSubnet feature doesn't support no-controller pod)", ErrNotSupported)
+	if app.IsZero() {
+		return fail(AppRef{}, "SpiderSubnet auto-pools serve the pods of a controller, and the request names none (Request.App is empty) "+
+			"(Spiderpool: SpiderSubnet feature doesn't support no-controller pod)", ErrNotSupported)
 	}
-	if _, ok := m.apps[pod.App.UID]; !ok {
-		return fail(pod.App, "the application is not known to the subnet manager yet (SetApplication creates its pools)", ErrNotReady)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.apps[app.UID]; !ok || app.UID == "" {
+		return fail(app, fmt.Sprintf("the application (uid %q) is not known to the subnet manager yet (SetApplication creates its pools)", app.UID), ErrNotReady)
 	}
 	// A pool that exists serves, even while it waits to grow or shrink:
 	// the Allocator says if it has no free address.
 	var other *AutoPool
-	for _, a := range m.byUID[pod.App.UID] {
+	for _, a := range m.byUID[app.UID] {
 		if a.Interface != iface || a.Family() != family {
 			continue
 		}
@@ -309,19 +317,19 @@ func (m *SubnetManager) AutoPool(req *Request, iface string, family int, subnet 
 		}
 		other = a
 	}
-	if err := m.pending[autoPoolKey{uid: pod.App.UID, iface: iface, family: family}]; err != nil {
+	if err := m.pending[autoPoolKey{uid: app.UID, iface: iface, family: family}]; err != nil {
 		return "", m.forPod(err, podName)
 	}
-	if err := m.pending[autoPoolKey{uid: pod.App.UID}]; err != nil {
+	if err := m.pending[autoPoolKey{uid: app.UID}]; err != nil {
 		return "", m.forPod(err, podName)
 	}
 	if other != nil && other.Subnet == subnet {
-		return fail(pod.App, fmt.Sprintf("the application's pool %q is being deleted", other.Name()), ErrNotReady)
+		return fail(app, fmt.Sprintf("the application's pool %q is being deleted", other.Name()), ErrNotReady)
 	}
 	if other != nil {
-		return fail(pod.App, fmt.Sprintf("the pod names subnet %q, but its application's pool %q is from subnet %q", subnet, other.Name(), other.Subnet), ErrNotSupported)
+		return fail(app, fmt.Sprintf("the pod names subnet %q, but its application's pool %q is from subnet %q", subnet, other.Name(), other.Subnet), ErrNotSupported)
 	}
-	return fail(pod.App, "the application asks for no pool of this interface and family", ErrNotFound)
+	return fail(app, "the application asks for no pool of this interface and family", ErrNotFound)
 }
 
 // forPod returns err naming the pod, when it is an *AutoPoolError.
@@ -335,47 +343,27 @@ func (m *SubnetManager) forPod(err error, pod string) error {
 	return err
 }
 
-// SetPod registers a pod and its application (the zero AppRef for a pod
-// without a controller), so that AutoPool can serve its requests. It
-// returns an error naming the missing field if the pod has no namespace,
-// name or UID.
-func (m *SubnetManager) SetPod(pod PodRef) error {
-	fe := &fieldErrors{object: "pod"}
-	for _, f := range [...]struct{ name, v string }{{"namespace", pod.Namespace}, {"name", pod.Name}, {"uid", pod.UID}} {
-		if f.v == "" {
-			fe.add(f.name, "", "required")
-		}
-	}
-	if err := fe.err(); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	m.pods[pod.UID] = pod
-	m.mu.Unlock()
-	return nil
-}
-
 // DeletePod forgets a pod. Call it once the pod's addresses are released:
-// the shrinks and deletions of its application's pools that waited for pods
-// to give addresses back are retried, and their decisions returned (what
-// still cannot be done is in their Errs). The error is ctx's, if it ended.
+// the shrinks and deletions that waited for pods to give addresses back are
+// retried, and their decisions returned (what still cannot be done is in
+// their Errs). For a pod this manager served (AutoPool), those of the
+// subnets of the pools it was served from; for any other pod (served before
+// a restart, or by another manager), all that wait, as Sync does. The error
+// is ctx's, if it ended.
 func (m *SubnetManager) DeletePod(ctx context.Context, uid string) ([]AutoPoolDecision, error) {
 	m.mu.Lock()
-	pod, ok := m.pods[uid]
-	delete(m.pods, uid)
+	names, served := m.podPools[uid]
 	var subnets []string
-	if ok && !pod.App.IsZero() {
-		for _, a := range m.byUID[pod.App.UID] {
-			subnets = append(subnets, a.Subnet)
-		}
-	}
-	for _, name := range m.podPools[uid] {
+	for _, name := range names {
 		if a := m.auto[name]; a != nil {
 			subnets = append(subnets, a.Subnet)
 		}
 	}
 	delete(m.podPools, uid)
 	m.mu.Unlock()
+	if !served {
+		return m.Sync(ctx)
+	}
 	return m.retry(ctx, subnets)
 }
 
@@ -426,19 +414,26 @@ func (m *SubnetManager) DeleteApplication(ctx context.Context, ref AppRef) ([]Au
 }
 
 // Resync reconciles against the complete list of applications, as after a
-// restart: every application is set (SetApplication), and the auto-pools
-// none accounts for are reclaimed.
+// restart: the applications not in apps are forgotten and the auto-pools
+// none of apps accounts for are reclaimed first, so that the addresses they
+// give back are free for the others; then every application is set
+// (SetApplication).
 func (m *SubnetManager) Resync(ctx context.Context, apps []Application) ([]AutoPoolDecision, error) {
-	var ds []AutoPoolDecision
-	var errs []error
 	live := make(map[string]bool, len(apps))
 	for _, app := range apps {
 		live[app.UID] = true
-		d, err := m.SetApplication(ctx, app)
-		ds = append(ds, d...)
-		errs = append(errs, err)
 	}
 	m.mu.Lock()
+	for uid := range m.apps {
+		if !live[uid] {
+			delete(m.apps, uid)
+		}
+	}
+	for k := range m.pending {
+		if !live[k.uid] {
+			delete(m.pending, k)
+		}
+	}
 	var orphans []string
 	for name, a := range m.auto {
 		if !live[a.App.UID] {
@@ -447,6 +442,7 @@ func (m *SubnetManager) Resync(ctx context.Context, apps []Application) ([]AutoP
 	}
 	m.mu.Unlock()
 	slices.Sort(orphans)
+	var ds []AutoPoolDecision
 	var freed []string
 	for _, name := range orphans {
 		d, f := m.reclaimPool(ctx, name)
@@ -456,7 +452,14 @@ func (m *SubnetManager) Resync(ctx context.Context, apps []Application) ([]AutoP
 		freed = append(freed, f...)
 	}
 	more, err := m.retry(ctx, freed)
-	return append(ds, more...), errors.Join(append(errs, err)...)
+	ds = append(ds, more...)
+	errs := []error{err}
+	for _, app := range apps {
+		d, err := m.SetApplication(ctx, app)
+		ds = append(ds, d...)
+		errs = append(errs, err)
+	}
+	return ds, errors.Join(errs...)
 }
 
 // Sync retries everything that waits: pools waiting for free addresses,
@@ -592,13 +595,22 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 		if d.Action != AutoPoolShrink {
 			continue
 		}
-		if err := m.retire(ctx, d.Pool.Name(), d.Removed); err != nil {
+		err := m.retire(ctx, d.Pool.Name(), d.Removed)
+		reason := fmt.Sprintf("shrinking: %v; retried when a pod is deleted", err)
+		if err == nil {
+			if err = m.write(ctx, d); err != nil {
+				reason = fmt.Sprintf("shrinking: %v; retried on Sync", err)
+				if uerr := m.unretire(ctx, d.Pool.Name(), d.Removed); uerr != nil {
+					m.log.Warn("ipam: cannot drop retirement claims; those addresses stay unused", "pool", d.Pool.Name(), "err", uerr)
+				}
+			}
+		}
+		if err != nil {
 			m.mu.Lock()
 			was := m.auto[d.Pool.Name()]
 			m.mu.Unlock()
-			reason := fmt.Sprintf("shrinking: %v; retried when a pod is deleted", err)
 			d.Pool, d.Removed, d.Action, d.Message = was, nil, AutoPoolWait, reason
-			d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: was.Name(), Reason: reason, Err: ErrNotReady}
+			d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: was.Name(), Reason: reason, Err: errors.Join(ErrNotReady, unwrapWrite(err))}
 			continue
 		}
 		e.release(d)
@@ -629,11 +641,30 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 	return p.decisions, freed
 }
 
-// commit applies one decision of apply (other than the retirement of a
-// shrink's addresses, done before).
+// commit applies one decision of apply (a shrink was written with the
+// retirement of its addresses, before).
 func (m *SubnetManager) commit(ctx context.Context, e *autoPoolEngine, d *AutoPoolDecision) {
 	switch d.Action {
-	case AutoPoolCreate, AutoPoolGrow, AutoPoolShrink, AutoPoolUpdate:
+	case AutoPoolCreate, AutoPoolGrow, AutoPoolUpdate:
+		if err := m.write(ctx, d); err != nil {
+			m.mu.Lock()
+			was := m.auto[d.PoolName()]
+			m.mu.Unlock()
+			// The addresses taken for it go back to the subnet.
+			if len(d.Added) > 0 {
+				var b netipx.IPSetBuilder
+				b.AddSet(e.freeSet(m.subnets[d.Subnet].s))
+				for _, r := range d.Added {
+					b.AddRange(r)
+				}
+				e.free[d.Subnet], _ = b.IPSet()
+			}
+			reason := fmt.Sprintf("%s: %v; retried on Sync", d.Action, err)
+			d.Pool, d.Added, d.Action, d.Message = was, nil, AutoPoolWait, reason
+			d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: d.PoolName(), Reason: reason, Err: errors.Join(ErrNotReady, unwrapWrite(err))}
+			return
+		}
+	case AutoPoolShrink:
 	default:
 		return
 	}
@@ -650,6 +681,23 @@ func (m *SubnetManager) commit(ctx context.Context, e *autoPoolEngine, d *AutoPo
 	}
 	m.publishLocked(m.subnets[d.Subnet], d.Pool)
 	m.mu.Unlock()
+	if _, crossPool := m.claims.(store.AddressReader); d.Action == AutoPoolShrink && crossPool {
+		// The retirement claims fenced the addresses given back while the
+		// old definition was served. Now the new one is, and an Allocator
+		// that still claims one in this pool under the old definition
+		// gives it back itself (it checks the definition after its
+		// create), so the fences go: the addresses may serve another pool,
+		// which must not find them held here.
+		//
+		// A Store without AddressReader keeps them: an Allocator elsewhere
+		// that still serves the old definition (an agent whose informer
+		// has not seen the shrink yet) would claim an address another pool
+		// may now have, and there claims of two pools never meet. The
+		// fences go when the pool grows onto them again or is deleted.
+		if err := m.unretire(ctx, d.Pool.Name(), d.Removed); err != nil {
+			m.log.Warn("ipam: cannot drop retirement claims; those addresses stay unused", "pool", d.Pool.Name(), "err", err)
+		}
+	}
 }
 
 // publishLocked makes a the served version of its pool. The caller holds
@@ -668,7 +716,6 @@ func (m *SubnetManager) publishLocked(st *subnetState, a *AutoPool) {
 	}
 	st.index(a, true)
 	q := *a.Pool
-	q.PodAffinity = nil
 	q.Strategy = LowestFree
 	m.served.Store(name, &q)
 	m.version.Add(1)
@@ -778,16 +825,29 @@ func (m *SubnetManager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a 
 	name := a.Name()
 	st := m.subnets[a.Subnet]
 	d := e.reclaim(a)
+	wait := func(reason string, err error) {
+		d.Action, d.Removed, d.Message, d.Pool = AutoPoolWait, nil, reason, a
+		d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: name, Reason: reason, Err: errors.Join(ErrNotReady, unwrapWrite(err))}
+	}
 	switch d.Action {
 	case AutoPoolTerminate:
+		if err := m.write(ctx, &d); err != nil {
+			wait(fmt.Sprintf("terminating: %v; retried on Sync", err), err)
+			break
+		}
 		m.mu.Lock()
 		m.publishLocked(st, d.Pool)
 		m.mu.Unlock()
 	case AutoPoolDelete:
 		if err := m.retire(ctx, name, d.Removed); err != nil {
-			reason := fmt.Sprintf("deleting: %v; retried when a pod is deleted", err)
-			d.Action, d.Removed, d.Message = AutoPoolWait, nil, reason
-			d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: name, Reason: reason, Err: ErrNotReady}
+			wait(fmt.Sprintf("deleting: %v; retried when a pod is deleted", err), nil)
+			break
+		}
+		if err := m.write(ctx, &d); err != nil {
+			if uerr := m.unretire(ctx, name, nil); uerr != nil {
+				m.log.Warn("ipam: cannot drop retirement claims; those addresses stay unused", "pool", name, "err", uerr)
+			}
+			wait(fmt.Sprintf("deleting: %v; retried on Sync", err), err)
 			break
 		}
 		m.mu.Lock()
@@ -804,6 +864,32 @@ func (m *SubnetManager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a 
 		m.mu.Unlock()
 	}
 	return d
+}
+
+// write writes decision d where the pools live (Options.Apply), if that is
+// set. Its error is a *writeError.
+func (m *SubnetManager) write(ctx context.Context, d *AutoPoolDecision) error {
+	if m.writer == nil {
+		return nil
+	}
+	if err := m.writer(ctx, d); err != nil {
+		return &writeError{err}
+	}
+	return nil
+}
+
+// writeError is an error of Options.Apply.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return "writing the pool: " + e.err.Error() }
+
+// unwrapWrite returns the error of Options.Apply in err, or nil.
+func unwrapWrite(err error) error {
+	var we *writeError
+	if errors.As(err, &we) {
+		return we.err
+	}
+	return nil
 }
 
 // waitFor returns the waiters of a subnet. The caller holds m.mu.

@@ -73,12 +73,12 @@ func TestSubnetManagerAutoPoolErrors(t *testing.T) {
 	app := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
 	req := &ipam.Request{Namespace: "default", Name: "web-0", UID: "uid-web-0"}
 	_, err := c.m.AutoPool(req, "eth0", 4, "subnet-6")
-	require.ErrorIs(t, err, ipam.ErrNotReady)
-	require.ErrorContains(t, err, `pod default/web-0 eth0 IPv4: subnet "subnet-6": uid "uid-web-0" is not known to the subnet manager yet (SetPod registers a pod and its application)`)
-	require.NoError(t, c.m.SetPod(ipam.PodRef{Namespace: "default", Name: "web-0", UID: "uid-web-0", App: app.AppRef}))
+	require.ErrorIs(t, err, ipam.ErrNotSupported)
+	require.ErrorContains(t, err, `pod default/web-0 eth0 IPv4: subnet "subnet-6": SpiderSubnet auto-pools serve the pods of a controller, and the request names none (Request.App is empty)`)
+	req.App = app.AppRef
 	_, err = c.m.AutoPool(req, "eth0", 4, "subnet-6")
 	require.ErrorIs(t, err, ipam.ErrNotReady)
-	require.ErrorContains(t, err, "the application is not known to the subnet manager yet")
+	require.ErrorContains(t, err, `the application (uid "`+ssUID+`") is not known to the subnet manager yet`)
 	c.mustSet(app)
 	name, err := c.m.AutoPool(req, "eth0", 4, "subnet-6")
 	require.NoError(t, err)
@@ -88,7 +88,6 @@ func TestSubnetManagerAutoPoolErrors(t *testing.T) {
 	require.ErrorContains(t, err, `the pod names subnet "subnet-7", but its application's pool "auto4-web-eth0-a5bd3" is from subnet "subnet-6"`)
 	_, err = c.m.AutoPool(req, "eth0", 6, "subnet-6")
 	require.ErrorIs(t, err, ipam.ErrNotFound)
-	require.ErrorContains(t, c.m.SetPod(ipam.PodRef{Name: "x"}), "pod: namespace: required")
 	// A pool that waits to grow still serves the pods it has room for.
 	app.Replicas = intp(20)
 	_, err = c.set(app)
@@ -213,7 +212,8 @@ func TestSubnetManagerServes(t *testing.T) {
 	require.Equal(t, []string{"manual"}, defaults)
 	p, ok := c.m.Pool("auto4-web-eth0-a5bd3")
 	require.True(t, ok)
-	require.Nil(t, p.PodAffinity, "served without podAffinity: Select offers it to the application's pods only")
+	require.Equal(t, ipam.AppLabels(app.AppRef), p.PodAffinity.MatchLabels, "served with its podAffinity, which the filters match against Request.App")
+	require.True(t, ipam.IsAutoPool(p))
 	require.Equal(t, ipam.LowestFree, p.Strategy)
 	// A pod without the subnet annotation is served by the cluster default.
 	res, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "plain", UID: "uid-plain", Interfaces: []ipam.Interface{{Name: "eth0"}}})
@@ -245,12 +245,8 @@ func TestSubnetManagerConcurrent(t *testing.T) {
 					return
 				}
 				name := fmt.Sprintf("g%d-%d", g, round)
-				if err := c.m.SetPod(ipam.PodRef{Namespace: "default", Name: name, UID: "uid-" + name, App: app.AppRef}); err != nil {
-					t.Error(err)
-					return
-				}
 				_, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name,
-					Annotations: app.Annotations, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+					Annotations: app.Annotations, App: app.AppRef, Interfaces: []ipam.Interface{{Name: "eth0"}}})
 				if err != nil && !errors.Is(err, ipam.ErrNoCandidates) && !errors.Is(err, ipam.ErrNotReady) {
 					t.Error(err)
 					return
@@ -436,16 +432,143 @@ func TestSubnetManagerModel(t *testing.T) {
 	}
 }
 
-// TestSubnetManagerAutoPoolNamedByAnotherPod pins README difference 14: the
-// filters cannot match an auto-pool's podAffinity against the pod's
-// controller, so a pod of another application that names the pool is
-// served, where Spiderpool refuses it.
-func TestSubnetManagerAutoPoolNamedByAnotherPod(t *testing.T) {
-	c := newSSCluster(t, []*ipam.Subnet{ssSubnet6()}, nil)
-	web := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
-	c.mustSet(web)
-	other := ssApp("Deployment", "other", "u-other-0ther", 1, ssAnn(ipam.AnnotationIPPool, `{"ipv4":["auto4-web-eth0-a5bd3"]}`))
-	res, err := c.start(other, "other-0", false)
+// TestSubnetManagerApply checks Options.Apply: every change is written
+// before it is served, in order, and a change whose write fails is not made
+// (its addresses stay where they were) and is made on Sync once writes work.
+func TestSubnetManagerApply(t *testing.T) {
+	ctx := t.Context()
+	st := memstore.New()
+	var mu sync.Mutex
+	var written []string
+	fail := false
+	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: st,
+		Apply: func(_ context.Context, d *ipam.AutoPoolDecision) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if fail {
+				return errors.New("the API server said no")
+			}
+			written = append(written, fmt.Sprintf("%s %s %v", d.Action, d.PoolName(), ssIPs(d.Pool)))
+			return nil
+		}})
 	require.NoError(t, err)
-	require.Equal(t, "auto4-web-eth0-a5bd3", res.IPs[0].Pool)
+	setFail := func(v bool) { mu.Lock(); fail = v; mu.Unlock() }
+	app := ssApp("Deployment", "web", ssUID, 2, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+
+	// A create whose write fails: nothing served, no address taken.
+	setFail(true)
+	ds, err := m.SetApplication(ctx, app)
+	require.ErrorIs(t, err, ipam.ErrNotReady)
+	require.ErrorContains(t, err, "create: writing the pool: the API server said no; retried on Sync")
+	require.Equal(t, ipam.AutoPoolWait, ssOnly(t, ds).Action)
+	require.Empty(t, m.AutoPools())
+	require.Equal(t, int64(0), m.Status()[0].AllocatedIPCount)
+	_, served := m.Pool("auto4-web-eth0-a5bd3")
+	require.False(t, served)
+	_, err = m.AutoPool(&ipam.Request{Namespace: "default", Name: "web-0", UID: "uid-web-0", App: app.AppRef}, "eth0", 4, "subnet-6")
+	require.ErrorIs(t, err, ipam.ErrNotReady)
+
+	// Sync makes it once writes work.
+	setFail(false)
+	ds, err = m.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ipam.AutoPoolCreate, ssOnly(t, ds).Action)
+
+	// A grow, then a shrink whose write fails and then works, then the
+	// application goes.
+	app.Replicas = intp(4)
+	_, err = m.SetApplication(ctx, app)
+	require.NoError(t, err)
+	app.Replicas = intp(1)
+	setFail(true)
+	ds, err = m.SetApplication(ctx, app)
+	require.ErrorContains(t, err, "shrinking: writing the pool: the API server said no")
+	require.Equal(t, ipam.AutoPoolWait, ssOnly(t, ds).Action)
+	require.Equal(t, []string{"10.6.168.101-10.6.168.105"}, ssIPs(m.AutoPools()[0]))
+	claims, err := st.List(ctx, "auto4-web-eth0-a5bd3")
+	require.NoError(t, err)
+	require.Empty(t, claims, "the addresses claimed to retire them are given back")
+	setFail(false)
+	_, err = m.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"10.6.168.104-10.6.168.105"}, ssIPs(m.AutoPools()[0]))
+
+	setFail(true)
+	ds, err = m.DeleteApplication(ctx, app.AppRef)
+	require.NoError(t, err)
+	require.Equal(t, ipam.AutoPoolWait, ssOnly(t, ds).Action)
+	require.Len(t, m.AutoPools(), 1, "a deletion whose write failed keeps the pool")
+	setFail(false)
+	ds, err = m.Sync(ctx)
+	require.NoError(t, err)
+	require.Equal(t, ipam.AutoPoolDelete, ssOnly(t, ds).Action)
+	require.Empty(t, m.AutoPools())
+	require.Equal(t, []string{
+		"create auto4-web-eth0-a5bd3 [10.6.168.101-10.6.168.103]",
+		"grow auto4-web-eth0-a5bd3 [10.6.168.101-10.6.168.105]",
+		"shrink auto4-web-eth0-a5bd3 [10.6.168.104-10.6.168.105]",
+		"delete auto4-web-eth0-a5bd3 [10.6.168.104-10.6.168.105]",
+	}, written)
+}
+
+// TestSubnetManagerResyncReclaimsFirst: after a restart, the pools of the
+// applications that went are reclaimed before the others grow, so that
+// their addresses are free for them (a regression: Resync set the
+// applications first, and a growth that needed those addresses waited).
+func TestSubnetManagerResyncReclaimsFirst(t *testing.T) {
+	ctx := t.Context()
+	sub := `{"ipv4":["subnet-6"]}`
+	kept := ssApp("Deployment", "kept", "u-kept-aaaaa", 2, ssAnn(ipam.AnnotationSubnet, sub))
+	gone := ssApp("Deployment", "gone", "u-gone-bbbbb", 2, ssAnn(ipam.AnnotationSubnet, sub))
+	st := memstore.New()
+	m1, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: st})
+	require.NoError(t, err)
+	mustSetApp(t, m1, kept)
+	mustSetApp(t, m1, gone)
+	m2, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: st, AutoPools: m1.AutoPools()})
+	require.NoError(t, err)
+	kept.Replicas = intp(7) // 8 addresses: 5 more, and 4 are free unless gone's 3 come back
+	ds, err := m2.Resync(ctx, []ipam.Application{kept})
+	require.NoError(t, err)
+	actions := map[string]ipam.AutoPoolAction{}
+	for _, d := range ds {
+		actions[d.PoolName()] = d.Action
+	}
+	require.Equal(t, map[string]ipam.AutoPoolAction{"auto4-gone-eth0-bbbbb": ipam.AutoPoolDelete, "auto4-kept-eth0-aaaaa": ipam.AutoPoolGrow}, actions)
+	require.Equal(t, []string{"10.6.168.101-10.6.168.108"}, ssIPs(m2.AutoPools()[0]))
+}
+
+// noAddressReader hides the AddressReader of the Store it wraps.
+type noAddressReader struct{ store.Store }
+
+// TestSubnetManagerShrinkFences: after a shrink, the claims that fenced the
+// addresses given back are dropped on a Store that finds the claims of an
+// address in every pool (AddressReader), and kept on one that does not, so
+// that an Allocator elsewhere still serving the old definition cannot claim
+// an address another pool now has.
+func TestSubnetManagerShrinkFences(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		st     store.Store
+		fences int
+	}{{"AddressReader", memstore.New(), 0}, {"no AddressReader", noAddressReader{memstore.New()}, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: tc.st})
+			require.NoError(t, err)
+			app := ssApp("Deployment", "web", ssUID, 4, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
+			mustSetApp(t, m, app)
+			app.Replicas = intp(1)
+			require.Equal(t, ipam.AutoPoolShrink, ssOnly(t, mustSetApp(t, m, app)).Action)
+			cs, err := tc.st.List(ctx, "auto4-web-eth0-a5bd3")
+			require.NoError(t, err)
+			require.Len(t, cs, tc.fences)
+			// Growing onto them again drops them.
+			app.Replicas = intp(4)
+			require.Equal(t, ipam.AutoPoolGrow, ssOnly(t, mustSetApp(t, m, app)).Action)
+			cs, err = tc.st.List(ctx, "auto4-web-eth0-a5bd3")
+			require.NoError(t, err)
+			require.Empty(t, cs)
+		})
+	}
 }

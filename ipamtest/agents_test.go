@@ -3,6 +3,9 @@ package ipamtest_test
 import (
 	"context"
 	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,18 +177,32 @@ func TestSimAgents(t *testing.T) {
 	for i := range *simAgents {
 		seeds = append(seeds, 1000+uint64(i))
 	}
-	failed := 0
-	for _, seed := range seeds {
-		o := ipamtest.RandomOptions(seed)
-		o.Agents = 2
-		s, err := ipamtest.NewSim(seed, o)
-		require.NoError(t, err)
-		if err := s.Run(*simSteps); err != nil {
-			if failed++; failed <= 5 {
-				t.Errorf("%v", err)
+	var (
+		next   atomic.Int64
+		mu     sync.Mutex
+		failed int
+		wg     sync.WaitGroup
+	)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(seeds); i = int(next.Add(1)) - 1 {
+				o := ipamtest.RandomOptions(seeds[i])
+				o.Agents = 2
+				s, err := ipamtest.NewSim(seeds[i], o)
+				if err == nil {
+					err = s.Run(*simSteps)
+				}
+				mu.Lock()
+				if err != nil {
+					if failed++; failed <= 5 {
+						t.Errorf("%v", err)
+					}
+				}
+				mu.Unlock()
 			}
-		}
+		})
 	}
+	wg.Wait()
 	if failed > 0 {
 		t.Logf("%d of %d seeds failed", failed, len(seeds))
 	}

@@ -66,6 +66,20 @@ const (
 	// terminating, or gets or loses a nodeName. Addresses it has handed out
 	// stay; new ones follow the new definition.
 	EventRedefine
+	// EventLookup asks an agent what a pod or container holds
+	// (Allocator.Lookup), as ipamctl or a controller does, and compares the
+	// answer with the Store's (Store.Owned) and with the model. It is drawn
+	// only in the many-writers mode (SimOptions.Writers).
+	EventLookup
+	// EventImport starts a pod or container whose claims are written into
+	// the Store directly, as a migration writes them: a pod's claims record
+	// its namespace, name and UID but no interface (Spiderpool's records),
+	// and a host-local container's record only its container ID
+	// (host-local's legacy files, from before it wrote interface names).
+	// The pod runs with those addresses; its next CNI ADD must return each
+	// to an interface whose candidate pools include the claim's pool. It is
+	// drawn only in the many-writers mode.
+	EventImport
 
 	numEvents
 )
@@ -73,6 +87,7 @@ const (
 var eventNames = [numEvents]string{
 	"create", "delete", "delete-lost-del", "restart", "recreate", "scale-up", "scale-down",
 	"node-fail", "node-recover", "agent-restart", "advance", "gc", "finish", "redefine",
+	"lookup", "import",
 }
 
 // String returns the event's name, such as "delete-lost-del".
@@ -92,9 +107,11 @@ type Mix struct {
 	Create, Delete, DeleteLost, Restart, Recreate int
 	ScaleUp, ScaleDown, NodeFail, NodeRecover     int
 	AgentRestart, Advance, GC, Finish, Redefine   int
+	Lookup, Import                                int
 }
 
-// DefaultMix returns the weights a Sim uses when SimOptions.Mix is zero.
+// DefaultMix returns the weights a Sim uses when SimOptions.Mix is zero and
+// the many-writers mode is off. Lookup and Import are zero.
 func DefaultMix() Mix {
 	return Mix{
 		Create: 24, Delete: 10, DeleteLost: 4, Restart: 12, Recreate: 8,
@@ -107,7 +124,17 @@ func (m Mix) weights() [numEvents]int {
 	return [numEvents]int{
 		m.Create, m.Delete, m.DeleteLost, m.Restart, m.Recreate, m.ScaleUp, m.ScaleDown,
 		m.NodeFail, m.NodeRecover, m.AgentRestart, m.Advance, m.GC, m.Finish, m.Redefine,
+		m.Lookup, m.Import,
 	}
+}
+
+// WritersMix returns the weights a Sim uses in the many-writers mode when
+// SimOptions.Mix is zero: DefaultMix with lookups and imports, and agents
+// replaced six times as often.
+func WritersMix() Mix {
+	m := DefaultMix()
+	m.Lookup, m.Import, m.AgentRestart = 10, 3, 6
+	return m
 }
 
 // SimOptions configure a Sim. Every field has a useful zero value.
@@ -157,11 +184,13 @@ type SimOptions struct {
 	// Store holds the claims; nil means a new memstore. It must be empty,
 	// and no one else may write to it.
 	Store store.Store
-	// Agents is how many Allocators share the Store, as the agents of a
-	// cluster's nodes do: node i's pods are served by agent i mod Agents,
-	// and agent 0 also collects garbage. Zero means one. The quarantine is
-	// checked only for an address handed out by the agent that released
-	// it, since each Allocator keeps its own.
+	// Agents is how many Allocators in this process share the Store, as
+	// the agents of a cluster's nodes do: node i's pods are served by agent
+	// i mod Agents, and agent 0 also collects garbage; in the many-writers
+	// mode, each operation goes through an agent drawn at random. Zero
+	// means one, or 4 in the many-writers mode. The quarantine is checked
+	// only for an address handed out by the agent that released it, since
+	// each Allocator keeps its own.
 	Agents int
 	// CheckEvery is how many steps pass between two full comparisons of the
 	// Store with the model; zero means 32, negative means only at Settle.
@@ -170,6 +199,48 @@ type SimOptions struct {
 	// HistoryLen is how many of the last events a Violation reports; zero
 	// means 20, negative means every event since the start.
 	HistoryLen int
+
+	// Writers turns on the many-writers mode (see the package
+	// documentation): every operation goes through an agent drawn at
+	// random, each agent writes through a Store instance of its own
+	// (OpenStore), agents are replaced by fresh ones as the run goes, some
+	// of an agent's Store writes are interleaved with other agents'
+	// operations on the same claims (Interleave), pools are served through a
+	// PoolSource that is not an ipam.Catalog and may be redefined onto each
+	// other's addresses (unless the cluster runs only containers, whose
+	// Store may keep host-local's format: see HostLocalOptions),
+	// EventLookup and EventImport are drawn (the zero Mix means
+	// WritersMix), and Run ends with Drain. Agents defaults to 4.
+	Writers bool
+	// OpenStore opens a new instance of the shared Store for an agent: a
+	// new client of the same backend, as a new agent process would open.
+	// The Sim calls it once per agent and again for each fresh agent that
+	// replaces one, and closes the instances it opened that implement
+	// io.Closer (on replacement, and in Close). Store, which the checks
+	// read, must be an instance of the same backend. Nil means: Store's
+	// Open method if it has one (memstore's), else Store itself.
+	OpenStore func() (store.Store, error)
+	// Remote are agents served by other processes (see RemoteAgent and
+	// ServeAgent), in addition to Agents in-process ones: each is opened on
+	// Backend, and again when it is replaced. They must run the same
+	// version of package ipam. The Sim does not close them.
+	Remote []*RemoteAgent
+	// Backend names the shared backend to the Remote agents; their
+	// ServeAgent's open function receives it (a directory, an endpoint).
+	Backend string
+	// Containers is how many host-local style workloads the cluster runs:
+	// containers known by container ID only, no pod UID, namespace or
+	// name, that name their pools in the request and release per
+	// interface. Zero means 1 in the many-writers mode and none otherwise;
+	// negative means none.
+	Containers int
+	// Interleave is the share, in percent, of the Store writes an agent
+	// makes for a CNI ADD, a CNI DEL or a garbage collection, where another
+	// agent's operation can change the same claim, before which the Sim
+	// runs that operation through other agents (see the package
+	// documentation). Only in-process agents are interleaved. Zero means 15
+	// in the many-writers mode; negative means none.
+	Interleave int
 }
 
 // Validate reports whether the options can make a Sim.
@@ -191,6 +262,17 @@ func (o SimOptions) Validate() error {
 	}
 	if o.MaxPods < 0 || o.MaxReplicas < 0 {
 		errs = append(errs, fmt.Errorf("ipamtest: sim options: negative MaxPods %d or MaxReplicas %d", o.MaxPods, o.MaxReplicas))
+	}
+	if o.Interleave > 100 {
+		errs = append(errs, fmt.Errorf("ipamtest: sim options: Interleave %d is over 100 percent", o.Interleave))
+	}
+	for i, r := range o.Remote {
+		if r == nil {
+			errs = append(errs, fmt.Errorf("ipamtest: sim options: remote[%d] is nil", i))
+		}
+	}
+	if !o.Writers && (o.OpenStore != nil || len(o.Remote) > 0) {
+		errs = append(errs, errors.New("ipamtest: sim options: OpenStore and Remote need the many-writers mode (Writers)"))
 	}
 	for i, n := range o.Nodes {
 		if n.Name == "" {
@@ -285,5 +367,37 @@ func RandomOptions(seed uint64) SimOptions {
 		o.Mix = DefaultMix()
 		o.Mix.Redefine = 0
 	}
+	return o
+}
+
+// WritersOptions returns the options of a many-writers history drawn from
+// seed, as TestManyWriters uses them: RandomOptions(seed), in the
+// many-writers mode (SimOptions.Writers), with two to four agents, one or
+// two host-local style container workloads, WritersMix, pools redefined in
+// every seed, and more pods with a second interface. The Store is left nil
+// (a memstore). The same seed gives the same options.
+func WritersOptions(seed uint64) SimOptions {
+	o := RandomOptions(seed)
+	r := rand.New(rand.NewPCG(seed, 0x7772697465727300))
+	o.Writers = true
+	o.Agents = 2 + r.IntN(3)
+	o.Containers = 1 + r.IntN(2)
+	o.SecondNIC = 50
+	o.Mix = WritersMix()
+	return o
+}
+
+// HostLocalOptions returns the options of a many-writers history of
+// host-local style workloads only, drawn from seed: WritersOptions(seed)
+// without Deployments and StatefulSets, with two to four container
+// workloads, so that every owner is a container ID and every request names
+// its pools, as a Store in host-local's format (store/filestore) requires.
+// The caller sets Store, OpenStore and, for agents in other processes,
+// Remote and Backend.
+func HostLocalOptions(seed uint64) SimOptions {
+	o := WritersOptions(seed)
+	r := rand.New(rand.NewPCG(seed, 0x686f73746c6f63))
+	o.Deployments, o.StatefulSets = -1, -1
+	o.Containers = 2 + r.IntN(3)
 	return o
 }

@@ -110,6 +110,12 @@ func addStats(total *ipamtest.SimStats, st ipamtest.SimStats) {
 	total.Collected += st.Collected
 	total.LostDELs += st.LostDELs
 	total.FullChecks += st.FullChecks
+	total.Lookups += st.Lookups
+	total.Imports += st.Imports
+	total.Adopted += st.Adopted
+	total.Interleaved += st.Interleaved
+	total.Stolen += st.Stolen
+	total.Refused += st.Refused
 }
 
 func replayOne(t *testing.T, seed uint64, steps int) {
@@ -155,6 +161,20 @@ func (f forgetfulStore) CreateAndSetCursor(ctx context.Context, c store.Claim) (
 		err = f.SetCursor(ctx, c.Pool, c.IP)
 	}
 	return c, err
+}
+
+// CreateExclusive checks what the owner holds, as memstore's does, but then
+// overwrites as Create does.
+func (f forgetfulStore) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim, error) {
+	held, err := f.Owned(ctx, c.Owner.Query())
+	if err != nil {
+		return store.Claim{}, err
+	}
+	held = slices.DeleteFunc(held, func(h store.Claim) bool { return !store.Conflicts(c, h) })
+	if len(held) > 0 {
+		return store.Claim{}, &store.HeldError{Claim: c, Held: held}
+	}
+	return f.CreateAndSetCursor(ctx, c)
 }
 
 // lyingStore is a broken Store whose Delete reports success and deletes

@@ -7,7 +7,13 @@
 //   - LabelSelector and ToLabelSelector convert between a
 //     metav1.LabelSelector and an ipam.LabelSelector, which has the same JSON
 //     shape and meaning;
-//   - Request builds an ipam.Request from a pod, its namespace and its node.
+//   - Request builds an ipam.Request from a pod, its namespace and its node;
+//     App finds the pod's application (its top controller, for
+//     ipam.Request.App) from its owner reference and, for a ReplicaSet or
+//     a Job, that owner's;
+//   - Application turns a Deployment, ReplicaSet, StatefulSet, DaemonSet,
+//     Job or CronJob into the ipam.Application whose SpiderSubnet auto-pools
+//     ipam.DecideAutoPools and ipam.SubnetManager decide.
 //
 // The functions are pure: they copy what they keep, never modify their
 // arguments, and are safe for concurrent use. Objects from an informer's
@@ -26,10 +32,16 @@
 //     StatefulSets and nodes, ipam.DecideGC, releases through the Store,
 //     safe to run as several replicas;
 //   - kubeclient reads pods, namespaces, nodes and StatefulSets without
-//     client-go's generated clientset, and finds a cluster's client config.
+//     client-go's generated clientset, and finds a cluster's client config;
+//   - kubesubnet runs SpiderSubnet on a cluster: a Runner (a controller,
+//     leader-elected) creates, resizes and deletes the auto-pools of
+//     applications as SpiderIPPool objects by ipam.SubnetManager's
+//     decisions, and Pools finds an application's auto-pool for an
+//     allocator at once.
 //
-// None of them imports the generated clientset (k8s.io/client-go/kubernetes)
-// or its informers, which register every API group at start-up.
+// kubestore, kubepools, kubegc and kubeclient do not import client-go's
+// generated clientset (k8s.io/client-go/kubernetes) or its informers, which
+// register every API group at start-up (TestImportGraph keeps it so).
 //
 // Their tests run against a real API server in the test process, in the
 // separate module k8s/kubetest, which users of this module never build;

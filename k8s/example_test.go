@@ -1,6 +1,7 @@
 package k8s_test
 
 import (
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,4 +78,30 @@ func ExampleRequest() {
 	// map[app:web] map[team:retail] map[zone:a]
 	// eth0
 	// net1 shop/macvlan
+}
+
+// App finds a pod's application, the top of its controller chain: the
+// Deployment above its ReplicaSet, which the caller reads from a cache. An
+// auto-created pool serves only the pods of its application.
+func ExampleApp() {
+	yes := true
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-7d9c-x2", OwnerReferences: []metav1.OwnerReference{
+		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7d9c", UID: "u-rs", Controller: &yes}}}}
+	rs := &metav1.ObjectMeta{Namespace: "shop", Name: "web-7d9c", UID: "u-rs", OwnerReferences: []metav1.OwnerReference{
+		{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "u-web", Controller: &yes}}}
+	req := k8s.Request(pod, nil, nil)
+	app, err := k8s.App(pod, rs)
+	if err != nil {
+		panic(err)
+	}
+	req.App = app
+	fmt.Println(req.App, req.App.UID)
+
+	// Without the ReplicaSet, its application cannot be told: retry once
+	// the cache has it.
+	_, err = k8s.App(pod, nil)
+	fmt.Println(errors.Is(err, ipam.ErrNotReady))
+	// Output:
+	// Deployment shop/web u-web
+	// true
 }

@@ -24,7 +24,11 @@ const DefaultInterface = "eth0"
 // Interfaces is ifaces or, when none are given, one interface named
 // DefaultInterface whose pools and network are worked out by the allocator.
 // ContainerID and NetConf are left for the caller, who knows the CNI call and
-// its network config.
+// its network config; so is App, the pod's application, which SpiderSubnet's
+// auto-pools need and App works out from the pod's owner chain:
+//
+//	req := k8s.Request(pod, ns, node)
+//	req.App, err = k8s.App(pod, replicaSet) // the pod's controller, from a cache
 //
 // The Request shares no memory with the objects or with ifaces, so objects
 // from an informer's cache are safe to pass.

@@ -233,3 +233,15 @@ type OrderedRevisions interface {
 	// RevisionsOrdered reports whether revisions are ordered as above.
 	RevisionsOrdered() bool
 }
+
+// AddressReader is an optional Store capability: the claims of one address
+// in every pool. An Allocator whose pools may change under it (a PoolSource
+// that is not a Catalog) asks it after a create: a pool redefined away from
+// an address its owners still hold, and another pool redefined onto it, must
+// not hand the address out again, and claims are keyed by pool and address.
+// A Store that refuses to claim one address in two pools needs it not.
+type AddressReader interface {
+	// AddressClaims returns every claim of ip, whatever its pool, in no
+	// particular order, as current as Get.
+	AddressClaims(ctx context.Context, ip netip.Addr) ([]Claim, error)
+}

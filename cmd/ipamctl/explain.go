@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/internal/texttable"
@@ -159,6 +160,24 @@ func podUID(p *corev1.Pod) string {
 	return placeholderUID(p.Namespace, p.Name)
 }
 
+// podApp returns the pod's application (k8s.App), its controller's
+// controller found among the ReplicaSets and Jobs of the input; an error if
+// that is needed and not in the input.
+func (c *cluster) podApp(p *corev1.Pod) (ipam.AppRef, error) {
+	var owner metav1.Object
+	if ref := metav1.GetControllerOfNoCopy(p); ref != nil {
+		if o, ok := c.owners[ref.Kind+"/"+p.Namespace+"/"+ref.Name]; ok {
+			owner = o
+		}
+	}
+	app, err := k8s.App(p, owner)
+	if err != nil && owner == nil {
+		ref := metav1.GetControllerOfNoCopy(p)
+		return app, fmt.Errorf("its controller %s %s/%s is not in the input", ref.Kind, p.Namespace, ref.Name)
+	}
+	return app, err
+}
+
 // explainAll allocates every pod in order and hands each report to yield as
 // soon as it is made, until yield returns false or an error: the reports are
 // not kept, so memory does not grow with the pods' traces.
@@ -184,6 +203,7 @@ func (e *explainer) request(p *corev1.Pod) ipam.Request {
 		node = x
 	}
 	req := k8s.Request(p, ns, node)
+	req.App, _ = e.c.podApp(p)
 	req.UID = podUID(p)
 	req.NetConf = e.netConf
 	return req
@@ -223,6 +243,9 @@ func (e *explainer) explain(ctx context.Context, po *podObj) *podReport {
 		r.iface(ifc.Name)
 	}
 	e.allocate(ctx, r, &req)
+	if _, err := e.c.podApp(p); err != nil && e.autoPoolFiltered(r) {
+		r.notes = append(r.notes, fmt.Sprintf("its application is unknown (%v), and an auto-created pool serves only its application's pods", err))
+	}
 	e.addLabelFacts(r, &req)
 	e.leftOutTrace(r)
 	return r
@@ -277,6 +300,19 @@ func (e *explainer) allocate(ctx context.Context, r *podReport, req *ipam.Reques
 	}
 }
 
+// autoPoolFiltered reports whether the pod-affinity filter took out an
+// auto-created pool in r's traces.
+func (e *explainer) autoPoolFiltered(r *podReport) bool {
+	for _, x := range r.interfaces {
+		for _, t := range x.trace {
+			if p, ok := e.cat.Pool(t.Pool); ok && t.Reason == ipam.ReasonPodAffinity && ipam.IsAutoPool(p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // addLabelFacts completes the message of each pool an affinity filtered
 // out with the labels it looked at: the values the node, namespace or pod
 // has for the keys of the pool's selector.
@@ -299,7 +335,9 @@ func (e *explainer) addLabelFacts(r *podReport, req *ipam.Request) {
 			case ipam.ReasonNamespaceAffinity:
 				sel, labels, what = p.NamespaceAffinity, req.NamespaceLabels, "namespace"
 			case ipam.ReasonPodAffinity:
-				sel, labels, what = p.PodAffinity, req.Labels, "pod"
+				if !ipam.IsAutoPool(p) { // else matched against the application, which the message names
+					sel, labels, what = p.PodAffinity, req.Labels, "pod"
+				}
 			}
 			if sel == nil {
 				continue

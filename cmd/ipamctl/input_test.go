@@ -205,7 +205,7 @@ func TestInputLimitDefault(t *testing.T) {
 func TestSkippedKinds(t *testing.T) {
 	var b strings.Builder
 	b.WriteString(listYAML[:strings.Index(listYAML, "- apiVersion: spiderpool.spidernet.io/v2beta1\n  kind: SpiderIPPool\n  metadata:\n    name: typo-v4")])
-	for _, kind := range []string{"SpiderSubnet", "SpiderMultusConfig", "Deployment", "ReplicaSet", "Service", "Deployment"} {
+	for _, kind := range []string{"SpiderEndpoint", "SpiderMultusConfig", "Service", "ConfigMap", "Ingress", "Service"} {
 		b.WriteString("- apiVersion: x/v1\n  kind: " + kind + "\n  metadata:\n    name: x\n")
 	}
 	b.WriteString("kind: List\n")
@@ -214,8 +214,8 @@ func TestSkippedKinds(t *testing.T) {
 		stdout, stderr, code := runCmd(t, cmd, "-f", path)
 		require.Equalf(t, exitOK, code, "%s:\n%s\n%s", cmd, stdout, stderr)
 		require.Containsf(t, stderr, "ipamctl: note: 6 objects skipped: ipamctl does not read their kinds", "%s", cmd)
-		require.Contains(t, stderr, "  SpiderSubnet: 1, the first at "+path+":11\n")
-		require.Contains(t, stderr, "  Deployment: 2, the first at "+path+":19\n")
+		require.Contains(t, stderr, "  SpiderEndpoint: 1, the first at "+path+":11\n")
+		require.Contains(t, stderr, "  Service: 2, the first at "+path+":19\n")
 		require.NotContains(t, stdout+stderr, "problem")
 	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,10 +18,13 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -32,14 +37,25 @@ import (
 const (
 	kindPool        = "SpiderIPPool"
 	kindReservedIP  = "SpiderReservedIP"
+	kindSubnet      = "SpiderSubnet"
 	kindNamespace   = "Namespace"
 	kindNode        = "Node"
 	kindPod         = "Pod"
 	kindStatefulSet = "StatefulSet"
+	kindDeployment  = "Deployment"
+	kindReplicaSet  = "ReplicaSet"
+	kindDaemonSet   = "DaemonSet"
+	kindJob         = "Job"
+	kindCronJob     = "CronJob"
 	kindList        = "List"
 )
 
-var knownKinds = []string{kindPool, kindReservedIP, kindNamespace, kindNode, kindPod, kindStatefulSet, kindList}
+var knownKinds = []string{kindPool, kindReservedIP, kindSubnet, kindNamespace, kindNode, kindPod,
+	kindStatefulSet, kindDeployment, kindReplicaSet, kindDaemonSet, kindJob, kindCronJob, kindList}
+
+// namespacedKinds are the kinds read whose objects live in a namespace
+// ("default" when the document names none).
+var namespacedKinds = []string{kindPod, kindStatefulSet, kindDeployment, kindReplicaSet, kindDaemonSet, kindJob, kindCronJob}
 
 // origin says where an object was read: a file, the document's position in
 // it, the List item it is, and the object's kind and name once known.
@@ -102,7 +118,14 @@ type cluster struct {
 	nodes      map[string]*corev1.Node
 	pods       []*podObj
 	sets       []*setObj
-	problems   []problem
+	subnets    []*subnetObj
+	// apps are the applications of SpiderSubnet: the controllers read
+	// (ReplicaSets and Jobs under a Deployment or a CronJob are not).
+	apps []*appObj
+	// owners are the ReplicaSets and Jobs read, by kind/namespace/name:
+	// the controllers whose own controller makes a pod's application.
+	owners   map[string]metav1.Object
+	problems []problem
 	// live reports a cluster read through its API server (--kubeconfig),
 	// whose IPClaims are liveClaims.
 	live       bool
@@ -145,6 +168,19 @@ type poolObj struct {
 	at     origin
 	pool   *ipam.Pool
 	claims []claimObj
+	// labels and annotations are the object's: an auto-pool's say whose it
+	// is and how it was sized.
+	labels, annotations map[string]string
+}
+
+type subnetObj struct {
+	at     origin
+	subnet *ipam.Subnet
+}
+
+type appObj struct {
+	at  origin
+	app ipam.Application
 }
 
 // claimObj is one entry of a SpiderIPPool's status.allocatedIPs.
@@ -176,6 +212,7 @@ func newCluster() *cluster {
 		seen:       make(map[string]origin),
 		podIndex:   make(map[string]*podObj),
 		leftOut:    make(map[string]string),
+		owners:     make(map[string]metav1.Object),
 	}
 }
 
@@ -588,7 +625,7 @@ func (c *cluster) object(at origin, data []byte, itemKind string) {
 		c.addProblem(at, "metadata.name: required")
 		return
 	}
-	if h.Kind == kindPod || h.Kind == kindStatefulSet {
+	if slices.Contains(namespacedKinds, h.Kind) {
 		if at.namespace == "" {
 			at.namespace = "default"
 		}
@@ -631,10 +668,90 @@ func (c *cluster) object(at origin, data []byte, itemKind string) {
 		var s appsv1.StatefulSet
 		if c.decode(at, data, &s) {
 			s.Namespace = at.namespace
+			n := len(c.problems)
 			c.checkStatefulSet(at, &s)
+			if len(c.problems) == n {
+				c.app(at, &s) // not with the values checkStatefulSet corrected
+			}
 			c.sets = append(c.sets, &setObj{at: at, set: slimStatefulSet(&s)})
 		}
+	case kindSubnet:
+		c.subnet(at, data)
+	case kindDeployment:
+		c.decodeApp(at, data, new(appsv1.Deployment))
+	case kindReplicaSet:
+		c.decodeApp(at, data, new(appsv1.ReplicaSet))
+	case kindDaemonSet:
+		c.decodeApp(at, data, new(appsv1.DaemonSet))
+	case kindJob:
+		c.decodeApp(at, data, new(batchv1.Job))
+	case kindCronJob:
+		c.decodeApp(at, data, new(batchv1.CronJob))
 	}
+}
+
+// decodeApp decodes a controller into obj and reads it (see app).
+func (c *cluster) decodeApp(at origin, data []byte, obj metav1.Object) {
+	if c.decode(at, data, obj) {
+		obj.SetNamespace(at.namespace)
+		c.app(at, obj)
+	}
+}
+
+// app reads a controller: as an application of SpiderSubnet unless a
+// Deployment or a CronJob controls it (k8s.Application), and, for a
+// ReplicaSet or a Job, as the owner a pod's application is found through
+// (k8s.App). Only the fields those read are kept.
+func (c *cluster) app(at origin, obj metav1.Object) {
+	switch obj.(type) {
+	case *appsv1.ReplicaSet, *batchv1.Job:
+		m := &metav1.ObjectMeta{Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: obj.GetUID()}
+		if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+			m.OwnerReferences = []metav1.OwnerReference{*ref}
+		}
+		c.owners[at.kind+"/"+m.Namespace+"/"+m.Name] = m
+	}
+	app, ok, err := k8s.Application(obj)
+	if err != nil {
+		c.addProblem(at, "%v", err)
+		return
+	}
+	if !ok {
+		return
+	}
+	if app.UID == "" {
+		app.UID = placeholderAppUID(app.AppRef)
+	}
+	delete(app.Annotations, lastApplied)
+	if err := app.Validate(); err != nil {
+		c.addError(at, "", err)
+		return
+	}
+	c.apps = append(c.apps, &appObj{at: at, app: app})
+}
+
+// placeholderAppUID stands for the UID of a controller that has none (a
+// manifest written by hand): "nouid-" and ten hexadecimal digits of a hash
+// of its kind, namespace and name, so that it is the same on every run,
+// differs between controllers, and can be written in a label.
+func placeholderAppUID(r ipam.AppRef) string {
+	sum := sha256.Sum256([]byte(r.APIVersion + "/" + r.Kind + "/" + r.Namespace + "/" + r.Name))
+	return "nouid-" + hex.EncodeToString(sum[:5])
+}
+
+// subnet reads a SpiderSubnet: its spec as an ipam.Subnet.
+func (c *cluster) subnet(at origin, data []byte) {
+	s := new(ipam.Subnet)
+	obj, ok := c.spec(at, data, s)
+	if !ok {
+		return
+	}
+	s.Name, s.Terminating = obj.Metadata.Name, obj.terminating()
+	if err := s.Validate(); err != nil {
+		c.addError(at, "spec.", err)
+		return
+	}
+	c.subnets = append(c.subnets, &subnetObj{at: at, subnet: s})
 }
 
 // list reads the items of a List of the given kind found at at, each at its
@@ -724,8 +841,10 @@ func (c *cluster) checkStatefulSet(at origin, s *appsv1.StatefulSet) {
 // besides its spec's fields.
 type specObject struct {
 	Metadata struct {
-		Name              string          `json:"name"`
-		DeletionTimestamp json.RawMessage `json:"deletionTimestamp"`
+		Name              string            `json:"name"`
+		DeletionTimestamp json.RawMessage   `json:"deletionTimestamp"`
+		Labels            map[string]string `json:"labels"`
+		Annotations       map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec   json.RawMessage `json:"spec"`
 	Status struct {
@@ -772,7 +891,8 @@ func (c *cluster) pool(at origin, data []byte) {
 		c.leaveOut(p.Name, at, first)
 		return
 	}
-	po := &poolObj{at: at, pool: p}
+	po := &poolObj{at: at, pool: p, labels: obj.Metadata.Labels, annotations: obj.Metadata.Annotations}
+	delete(po.annotations, lastApplied)
 	po.claims = c.allocatedIPs(at, p, obj.Status.AllocatedIPs)
 	c.pools = append(c.pools, po)
 }

@@ -1,10 +1,11 @@
 // Command ipamctl reads Kubernetes manifests (SpiderIPPools, SpiderReservedIPs,
-// Namespaces, Nodes, Pods, StatefulSets, as files or as `kubectl get -o yaml`
-// prints them) and answers questions with the ipam library:
+// SpiderSubnets, Namespaces, Nodes, Pods and the controllers of pods, as files
+// or as `kubectl get -o yaml` prints them) and answers questions with the ipam library:
 //
 //	ipamctl explain (-f FILE... | --kubeconfig FILE) [--pod NS/NAME] [--cni-config FILE] [-o table|json]
 //	ipamctl validate -f FILE...
 //	ipamctl gc (-f FILE... [--now RFC3339] | --kubeconfig FILE [--release]) [-o table|json]
+//	ipamctl plan -f FILE... [--default-ip-number N|+N] [-o table|json]
 //
 // explain allocates every pod, in file order, against one in-memory store
 // that holds the pools' existing claims (status.allocatedIPs), and prints for
@@ -12,7 +13,10 @@
 // pool considered, the rule that made it a candidate, the filter that rejected
 // it, and its rank. validate checks every pool alone and against the others.
 // gc says which existing claims the garbage collection rules would release,
-// and why. See README.md for the output formats.
+// and why. plan says which SpiderSubnet auto-pools each application
+// (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob) needs, with
+// their addresses and labels, and each SpiderSubnet's counts once they are
+// made. See README.md for the output formats.
 //
 // Input is read from files or standard input (-f -), each up to -max-input;
 // a List is read item by item, objects of kinds ipamctl does not read are
@@ -56,6 +60,9 @@ commands:
             -f FILE...
   gc        which existing claims garbage collection would release, and why
             (-f FILE... [--now RFC3339] | --kubeconfig FILE [--release]) [-o table|json]
+  plan      the SpiderSubnet auto-pools each application needs, and each
+            subnet's counts
+            -f FILE... [--default-ip-number N|+N] [-o table|json]
 
 FILE is YAML or JSON, one or more documents, or a List as kubectl prints it;
 "-" is standard input. Each is read up to -max-input (default 256MiB).
@@ -85,6 +92,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runValidate(args[1:], in, stdout, stderr)
 	case "gc":
 		return runGC(ctx, args[1:], in, stdout, stderr, clock)
+	case "plan":
+		return runPlan(args[1:], in, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

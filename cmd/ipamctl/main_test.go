@@ -92,6 +92,22 @@ func TestGolden(t *testing.T) {
 		{"validate-bad.golden", []string{"validate", "-f", "testdata/bad.yaml"}},
 		{"gc.golden", []string{"gc", "-f", "testdata/gc.yaml", "--now", "2025-03-01T12:00:00Z"}},
 		{"gc.json.golden", []string{"gc", "-f", "testdata/gc.yaml", "--now", "2025-03-01T12:00:00Z", "-o", "json"}},
+		// SpiderSubnet: a List with three subnets, a pool written by
+		// hand, auto-pools to grow, delete and keep, and applications of
+		// every native kind (a Deployment's ReplicaSet and a CronJob's Job
+		// are not applications of their own; a host-network DaemonSet gets
+		// no pool).
+		{"plan.golden", []string{"plan", "-f", "testdata/subnets.yaml"}},
+		{"plan.json.golden", []string{"plan", "-f", "testdata/subnets.yaml", "-o", "json"}},
+		// Bad input: a malformed ippool-ip-number, an unknown subnet, two
+		// interfaces on one subnet, a subnet too small, and more; those
+		// applications get no pool, the others do.
+		{"plan-bad.golden", []string{"plan", "-f", "testdata/plan-bad.yaml"}},
+		{"plan-bad.json.golden", []string{"plan", "-f", "testdata/plan-bad.yaml", "-o", "json"}},
+		{"validate-plan-bad.golden", []string{"validate", "-f", "testdata/plan-bad.yaml"}},
+		// An auto-created pool serves only its application's pods: the
+		// pod's application is found through its ReplicaSet.
+		{"explain-subnets.golden", []string{"explain", "-f", "testdata/subnets.yaml"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.TrimSuffix(tt.golden, ".golden"), func(t *testing.T) {
@@ -104,7 +120,7 @@ func TestGolden(t *testing.T) {
 // TestValidateScenarios checks that every scenario file, bad.yaml aside,
 // is valid on its own.
 func TestValidateScenarios(t *testing.T) {
-	for _, f := range []string{"cluster.yaml", "gc.yaml", "kubectl-list.yaml"} {
+	for _, f := range []string{"cluster.yaml", "gc.yaml", "kubectl-list.yaml", "subnets.yaml"} {
 		stdout, stderr, code := runCmd(t, "validate", "-f", filepath.Join("testdata", f))
 		if code != exitOK || !strings.HasPrefix(stdout, "ok: ") || stderr != "" {
 			t.Errorf("validate %s: exit %d\n%s%s", f, code, stdout, stderr)

@@ -13,9 +13,11 @@ import (
 
 // runValidate checks the input: every document decodes, every pool is valid
 // alone and against the others (names, subnets, overlapping addresses),
-// every reserved IP object is valid, every claim in status.allocatedIPs is an
-// allocatable address of its pool, and the pool-choice annotations of pods
-// and namespaces parse. It prints every problem and exits non-zero if there
+// every reserved IP object is valid, every SpiderSubnet is valid alone, with
+// the others and with the pools in its CIDR, every claim in
+// status.allocatedIPs is an allocatable address of its pool, and the
+// pool-choice annotations of pods and namespaces, and the SpiderSubnet
+// annotations of the controllers' pod templates, parse. It prints every problem and exits non-zero if there
 // is any.
 func runValidate(args []string, in *input, stdout, stderr io.Writer) int {
 	fs := newFlagSet("validate", stderr, in)
@@ -25,6 +27,7 @@ func runValidate(args []string, in *input, stdout, stderr io.Writer) int {
 	c := in.load()
 	c.printNotes(stderr)
 	c.crossCheck()
+	c.plannedSubnets(c.poolList())
 	c.checkClaims()
 	c.checkAnnotations()
 	if len(c.problems) == 0 {
@@ -35,9 +38,10 @@ func runValidate(args []string, in *input, stdout, stderr io.Writer) int {
 			}
 			claims += len(po.claims)
 		}
-		fmt.Fprintf(stdout, "ok: %s (%d IPv4, %d IPv6), %s, %s, %s\n",
+		fmt.Fprintf(stdout, "ok: %s (%d IPv4, %d IPv6), %s, %s, %s, %s, %s\n",
 			plural(len(c.pools), "pool"), v4, len(c.pools)-v4,
-			plural(len(c.reserved), "reserved IP object"), plural(claims, "claim"), plural(len(c.pods), "pod"))
+			plural(len(c.reserved), "reserved IP object"), plural(claims, "claim"), plural(len(c.pods), "pod"),
+			plural(len(c.subnets), "subnet"), plural(len(c.apps), "application"))
 		return exitOK
 	}
 	for _, p := range c.sortedProblems() {
@@ -82,6 +86,15 @@ func (c *cluster) checkAnnotations() {
 		check(ipam.AnnotationIPPools, func(v string) error { _, err := ipam.ParseIPPoolsAnnotation(v); return err })
 		check(ipam.AnnotationSubnet, func(v string) error { _, err := ipam.ParseSubnetAnnotation(v); return err })
 		check(ipam.AnnotationSubnets, func(v string) error { _, err := ipam.ParseSubnetsAnnotation(v); return err })
+	}
+	for _, a := range c.apps {
+		_, _, err := ipam.ParseAutoPoolConfig(a.app.Annotations)
+		for _, e := range leafErrors(err) {
+			var ae *ipam.AnnotationError
+			if errors.As(e, &ae) {
+				c.addProblem(a.at, "pod template annotations[%q] %s: %s", ae.Key, quote(ae.Value), ae.Reason)
+			}
+		}
 	}
 	names := make([]string, 0, len(c.namespaces))
 	for n := range c.namespaces {

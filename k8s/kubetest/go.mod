@@ -3,6 +3,7 @@ module github.com/ipamkit/ipam/k8s/kubetest
 go 1.26.0
 
 require (
+	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.uber.org/zap v1.27.1
 	k8s.io/api v0.37.2

@@ -16,6 +16,7 @@
 //	cursors/<pool>                                            a pool's cursor (store.Cursors), the address as text
 //	versions/<pool>                                           empty; its ModRevision is the pool's version (store.PoolVersioner)
 //	owners/<kind>/<id>/<family>/<interface>/<pool>/<address>  a copy of a claim, under one identity of its owner
+//	addrs/<family>/<address>/<pool>                           a copy of a claim, under its address (store.AddressReader)
 //
 // <family> is 4 or 6; <address> is the address in fixed-width lower-case
 // hex, 8 digits for IPv4 and 32 for IPv6, so that the keys of a pool's
@@ -32,7 +33,8 @@
 // # Writes
 //
 // Every write is one etcd transaction: the claim, a copy of it under each
-// identity of its owner (store.Owner.Identities), the pool's version key,
+// identity of its owner (store.Owner.Identities) and one under its address,
+// the pool's version key,
 // and for CreateAndSetCursor and CreateExclusive the pool's cursor. Create puts them if the claim key has
 // no version; CreateExclusive also compares, in the same transaction, the key
 // ranges of its owner's primary identity that would conflict (its family, on

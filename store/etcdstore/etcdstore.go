@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,7 @@ var (
 	_ store.Watcher          = (*Store)(nil)
 	_ store.PoolVersioner    = (*Store)(nil)
 	_ store.OrderedRevisions = (*Store)(nil)
+	_ store.AddressReader    = (*Store)(nil)
 )
 
 // RevisionsOrdered reports true: a claim's Revision is its key's ModRevision,
@@ -400,7 +402,7 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor, exclusive boo
 	key := s.keys.claim(c.Pool, c.IP)
 	val := encode(c)
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", 0)}
-	then := []clientv3.Op{clientv3.OpPut(key, val), s.touch(c.Pool)}
+	then := []clientv3.Op{clientv3.OpPut(key, val), s.touch(c.Pool), clientv3.OpPut(s.keys.addr(c.Pool, c.IP), val)}
 	for _, k := range s.keys.owners(c) {
 		then = append(then, clientv3.OpPut(k, val))
 	}
@@ -475,7 +477,7 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 		return store.Claim{}, claimError("update", c.Pool, c.IP, key, err)
 	}
 	val := encode(c)
-	then := []clientv3.Op{clientv3.OpPut(key, val), s.touch(c.Pool)}
+	then := []clientv3.Op{clientv3.OpPut(key, val), s.touch(c.Pool), clientv3.OpPut(s.keys.addr(c.Pool, c.IP), val)}
 	puts := s.keys.owners(c)
 	for _, k := range puts {
 		then = append(then, clientv3.OpPut(k, val))
@@ -506,7 +508,7 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 	if err != nil {
 		return claimError("delete", pool, ip, key, err)
 	}
-	then := []clientv3.Op{clientv3.OpDelete(key), s.touch(pool)}
+	then := []clientv3.Op{clientv3.OpDelete(key), s.touch(pool), clientv3.OpDelete(s.keys.addr(pool, ip))}
 	for _, k := range s.keys.owners(old) {
 		then = append(then, clientv3.OpDelete(k))
 	}
@@ -606,6 +608,39 @@ func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, e
 // a claim of the pool.
 func (s *Store) touch(pool string) clientv3.Op {
 	return clientv3.OpPut(s.keys.version(pool), "")
+}
+
+// AddressClaims returns the claims of ip in every pool, from their address
+// records (addrs/<family>/<address>/<pool>, written in each claim's
+// transaction): one linearizable range read.
+func (s *Store) AddressClaims(ctx context.Context, ip netip.Addr) ([]store.Claim, error) {
+	if err := checkAddr(ip); err != nil {
+		return nil, claimError("claims of address", "", ip, "", err)
+	}
+	prefix := s.keys.addrPrefix(ip)
+	resp, err := s.get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, claimError("claims of address", "", ip, prefix, err)
+	}
+	var out []store.Claim
+	var corrupt []error
+	for _, kv := range resp.Kvs {
+		pool, err := unescape(strings.TrimPrefix(string(kv.Key), prefix))
+		if err != nil {
+			corrupt = append(corrupt, &CorruptError{Key: string(kv.Key), Reason: "pool segment: " + err.Error()})
+			continue
+		}
+		c, err := decode(kv, pool, ip)
+		if err != nil {
+			corrupt = append(corrupt, err)
+			continue
+		}
+		out = append(out, c)
+	}
+	if len(corrupt) > 0 {
+		return out, fmt.Errorf("etcdstore: claims of address %s: %w", ip, errors.Join(corrupt...))
+	}
+	return out, nil
 }
 
 // PoolVersion returns the version of pool's claims: the revision of the last

@@ -12,6 +12,7 @@ import (
 
 // The key layout is described in the package documentation.
 const (
+	addrsDir    = "addrs/"
 	claimsDir   = "claims/"
 	cursorsDir  = "cursors/"
 	ownersDir   = "owners/"
@@ -114,6 +115,16 @@ func (k keys) poolPrefix(pool string) string {
 // claim is the key of the claim of ip in pool.
 func (k keys) claim(pool string, ip netip.Addr) string {
 	return k.poolPrefix(pool) + addrSegment(ip)
+}
+
+// addrPrefix is the prefix of the address records of ip, ending in "/".
+func (k keys) addrPrefix(ip netip.Addr) string {
+	return k.prefix + addrsDir + addrSegment(ip) + "/"
+}
+
+// addr is the key of the address record of the claim of ip in pool.
+func (k keys) addr(pool string, ip netip.Addr) string {
+	return k.addrPrefix(ip) + escape(pool)
 }
 
 // cursor is the key of pool's cursor.

@@ -24,6 +24,7 @@ var (
 	_ store.ExclusiveCreator = (*Store)(nil)
 	_ store.PoolVersioner    = (*Store)(nil)
 	_ store.OrderedRevisions = (*Store)(nil)
+	_ store.AddressReader    = (*Store)(nil)
 )
 
 // RevisionsOrdered reports true: revisions come from one counter per backend,
@@ -337,6 +338,26 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 	s.b.watch.mu.RUnlock()
 	s.b.owners.remove(old, p, ip)
 	return nil
+}
+
+// AddressClaims returns the claims of ip in every pool. It looks in each pool
+// of the backend: its cost grows with the number of pools.
+func (s *Store) AddressClaims(ctx context.Context, ip netip.Addr) ([]store.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memstore: claims of %s: %w", ip, err)
+	}
+	if !ip.IsValid() {
+		return nil, fmt.Errorf("memstore: claims of %s: %w", ip, errInvalidIP)
+	}
+	var out []store.Claim
+	for _, p := range s.b.pools.Range {
+		p.mu.Lock()
+		if r := p.get(ip); r != nil {
+			out = append(out, p.claim(ip, r))
+		}
+		p.mu.Unlock()
+	}
+	return out, nil
 }
 
 // PoolVersion returns the number of changes made to pool's claims so far

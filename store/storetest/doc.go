@@ -136,6 +136,9 @@
 //     and says its revisions are ordered: 8 goroutines on two instances
 //     create claims of one owner, each reading Owned right after its create;
 //     every answer holds every claim of a lower revision.
+//   - AddressClaims: only if the Store implements store.AddressReader: the
+//     claims of one address in two pools, and no other, through another
+//     instance; an Update and a Delete are seen; the zero address fails.
 //
 // RunConfig runs the suite for a Store that keeps less than a whole Owner:
 // with Config.ContainerOwners (host-local's format), the suite's owners have

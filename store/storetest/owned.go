@@ -676,3 +676,51 @@ func testRevisionsOrdered(t *testing.T, x *suite) {
 		}
 	}
 }
+
+func testAddressClaims(t *testing.T, x *suite) {
+	s1, s2 := x.open(), x.open()
+	ar, ok := s1.(store.AddressReader)
+	if !ok {
+		t.Skip("the Store does not implement store.AddressReader")
+	}
+	ctx := t.Context()
+	want := func(ip string, claims ...store.Claim) {
+		t.Helper()
+		got, err := ar.AddressClaims(ctx, netip.MustParseAddr(ip))
+		if err != nil {
+			t.Fatalf("AddressClaims(%s): %v", ip, err)
+		}
+		if claims == nil {
+			claims = []store.Claim{}
+		}
+		if got == nil {
+			got = []store.Claim{}
+		}
+		if diff := cmp.Diff(claims, got, cmpClaim, sortClaims); diff != "" {
+			t.Fatalf("AddressClaims(%s) (-want +got):\n%s", ip, diff)
+		}
+	}
+	want("10.0.0.1")
+	a := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "a"))
+	b := mustCreate(t, s2, x.claim("blue-2", "10.0.0.1", "b"))
+	other := mustCreate(t, s2, x.claim("blue", "10.0.0.2", "c"))
+	v6 := mustCreate(t, s2, x.claim("green", "2001:db8::1", "d"))
+	want("10.0.0.1", a, b)
+	want("10.0.0.2", other)
+	want("2001:db8::1", v6)
+	moved := b
+	moved.Owner = x.owner("e")
+	moved, err := s2.Update(ctx, moved, b.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Delete(ctx, a.Pool, a.IP, a.Revision); err != nil {
+		t.Fatal(err)
+	}
+	want("10.0.0.1", moved)
+	noPanic(t, "AddressClaims of the zero address", func() {
+		if _, err := ar.AddressClaims(ctx, netip.Addr{}); err == nil {
+			t.Error("AddressClaims of the zero address succeeded")
+		}
+	})
+}

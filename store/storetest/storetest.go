@@ -85,6 +85,7 @@ var checks = []struct {
 	{"Watch", testWatch},
 	{"PoolVersion", testPoolVersion},
 	{"RevisionsOrdered", testRevisionsOrdered},
+	{"AddressClaims", testAddressClaims},
 }
 
 // claimTime is the time of the suite's claims: fixed, far from now (so a store

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/ipamkit/ipam/ipamtest"
+	"github.com/ipamkit/ipam/store"
+	"github.com/ipamkit/ipam/store/etcdstore"
 )
 
 var (
@@ -48,5 +50,45 @@ func TestSimOverEtcd(t *testing.T) {
 	t.Logf("%d seeds: %+v", *simSeeds, stats)
 	if stats.Allocations == 0 || stats.Released == 0 || stats.FullChecks == 0 {
 		t.Errorf("the runs checked nothing much: %+v", stats)
+	}
+}
+
+var writersSeeds = flag.Int("etcdtest.writersseeds", 6, "seeds TestManyWritersOverEtcd runs")
+
+// TestManyWritersOverEtcd runs ipamtest's many-writers mode over etcdstore:
+// every operation through a randomly drawn agent, each with a Store of its
+// own (its own etcd client) on one key prefix, agents replaced mid-history,
+// claims without interface, legacy and container-only owners, pools that
+// overlap or move; 0 addresses held twice, every Lookup equal to the Store's
+// answer, and nothing left once every owner is gone.
+func TestManyWritersOverEtcd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a few seconds against etcd")
+	}
+	for seed := range uint64(*writersSeeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			prefix := newPrefix(t)
+			opts := ipamtest.WritersOptions(seed)
+			opts.Store = open(t, single, prefix)
+			opts.OpenStore = func() (store.Store, error) {
+				return etcdstore.New(etcdstore.Options{Endpoints: single.Endpoints(), Prefix: prefix})
+			}
+			s, err := ipamtest.NewSim(seed, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Run(*simSteps); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+			if err := s.Drain(); err != nil {
+				t.Fatalf("seed %d: draining: %v", seed, err)
+			}
+			st := s.Stats()
+			t.Logf("seed %d: %+v", seed, st)
+			if st.Allocations == 0 || st.Released == 0 {
+				t.Errorf("seed %d checked nothing much: %+v", seed, st)
+			}
+		})
 	}
 }

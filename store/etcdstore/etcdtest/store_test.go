@@ -342,6 +342,8 @@ func TestKeyLayout(t *testing.T) {
 		got = append(got, strings.TrimPrefix(string(kv.Key), prefix))
 	}
 	want := []string{
+		"addrs/4/0a000007/blue",
+		"addrs/6/20010db8000000000000000000000001/green%2Fx",
 		"claims/blue/4/0a000007",
 		"claims/green%2Fx/6/20010db8000000000000000000000001",
 		"cursors/blue",
