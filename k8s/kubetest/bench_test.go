@@ -3,6 +3,7 @@ package kubetest_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -33,7 +34,10 @@ var benchSeq atomic.Int64
 // ipam.Allocator over kubestore with raw creates of the same IPClaim objects
 // (one POST each, the body built the way kubestore builds it), with one
 // client and with benchAllocators clients on one shared pool. Each op is
-// one address; allocs/s is what to compare.
+// one address; allocs/s is what to compare. The Allocators follow the
+// Store and have Spread values of their own; creates/op, reads/op (Get,
+// List, Owned, Cursor) and checks/op (OwnedAtLeast) count their Store
+// calls, requests/op their HTTP requests but the watch's.
 func BenchmarkClaims(b *testing.B) {
 	for _, n := range []int{1, benchAllocators} {
 		b.Run(fmt.Sprintf("raw-create/%d", n), func(b *testing.B) { benchRawCreate(b, n) })
@@ -122,8 +126,15 @@ func benchAllocate(b *testing.B, n int) {
 	}()
 	allocs := make([]*ipam.Allocator, n)
 	var calls requestCount
+	var requests atomic.Int64
 	for i := range allocs {
-		st := &countingStore{Store: newStore(b), n: &calls}
+		cfg := srv.Config()
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return requestCounter{rt, &requests} }
+		ks, err := kubestore.New(cfg, kubestore.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := &countingStore{Store: ks, n: &calls}
 		if allocs[i], err = ipam.NewAllocator(ipam.Options{Pools: cat, Store: st, Spread: fmt.Sprint("agent-", i)}); err != nil {
 			b.Fatal(err)
 		}
@@ -147,15 +158,20 @@ func benchAllocate(b *testing.B, n int) {
 	}
 	calls.creates.Store(0)
 	calls.reads.Store(0)
+	calls.checks.Store(0)
+	requests.Store(0)
 	inParallel(b, n, allocate)
 	b.ReportMetric(float64(calls.creates.Load())/float64(b.N), "creates/op")
 	b.ReportMetric(float64(calls.reads.Load())/float64(b.N), "reads/op")
+	b.ReportMetric(float64(calls.checks.Load())/float64(b.N), "checks/op")
+	b.ReportMetric(float64(requests.Load())/float64(b.N), "requests/op")
 }
 
 // requestCount counts the Store calls of Allocators.
 type requestCount struct {
 	creates atomic.Int64 // Create and CreateAndSetCursor, won or lost
 	reads   atomic.Int64 // Get, List, Owned and Cursor
+	checks  atomic.Int64 // OwnedAtLeast, from the watch or the server
 }
 
 // countingStore is a kubestore.Store that counts the calls an Allocator
@@ -188,6 +204,11 @@ func (s *countingStore) List(ctx context.Context, pool string) ([]store.Claim, e
 func (s *countingStore) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
 	s.n.reads.Add(1)
 	return s.Store.Owned(ctx, q)
+}
+
+func (s *countingStore) OwnedAtLeast(ctx context.Context, q store.OwnerQuery, rev int64) ([]store.Claim, error) {
+	s.n.checks.Add(1)
+	return s.Store.OwnedAtLeast(ctx, q, rev)
 }
 
 func (s *countingStore) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
