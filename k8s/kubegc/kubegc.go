@@ -187,6 +187,9 @@ func (r *Runner) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if p.Err != nil {
+				r.log.Warn("kubegc: pass failed in part; the next tries again", "full", p.Full, "err", p.Err)
+			}
 			if r.opts.Observe != nil {
 				r.opts.Observe(p)
 			}
@@ -299,7 +302,6 @@ func (r *Runner) CollectAll(ctx context.Context) Pass {
 	claims, err := r.alloc.Claims(ctx)
 	if err != nil {
 		p.Err = fmt.Errorf("kubegc: listing claims: %w", err)
-		r.log.Warn("kubegc: full pass failed", "err", p.Err)
 		return p
 	}
 	return r.collect(ctx, p, claims)
@@ -369,9 +371,9 @@ func (r *Runner) collect(ctx context.Context, p Pass, claims []store.Claim) Pass
 			d.Applied = true
 			r.log.Info("kubegc: released", "pool", d.Claim.Pool, "ip", d.Claim.IP, "reason", d.Reason, "why", d.Message)
 		case errors.Is(d.Err, ipam.ErrConflict), errors.Is(d.Err, ipam.ErrNotFound):
+			// Changed or released since it was listed: not ours any more.
 		default:
 			errs = append(errs, d.Err)
-			r.log.Warn("kubegc: release failed", "pool", d.Claim.Pool, "ip", d.Claim.IP, "err", d.Err)
 		}
 		p.Decisions[i] = d
 	}
