@@ -127,14 +127,18 @@ func BenchmarkEtcd(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "txn/s")
 		})
 	}
-	b.Run("alloc/shared-pool/allocators=8/follow", func(b *testing.B) { benchAllocate(b, c.Endpoints(), 8, true, true) })
+	b.Run("alloc/shared-pool/allocators=8/follow", func(b *testing.B) { benchAllocate(b, c.Endpoints(), 8, true, true, false) })
+	// Each Allocator with an Options.Spread of its own, as agents of
+	// different nodes would have: they claim from different parts of the
+	// shared pool.
+	b.Run("alloc/shared-pool/allocators=8/spread", func(b *testing.B) { benchAllocate(b, c.Endpoints(), 8, true, false, true) })
 	for _, shared := range []bool{true, false} {
 		for _, n := range []int{1, 8} {
 			name := fmt.Sprintf("alloc/pool-each/allocators=%d", n)
 			if shared {
 				name = fmt.Sprintf("alloc/shared-pool/allocators=%d", n)
 			}
-			b.Run(name, func(b *testing.B) { benchAllocate(b, c.Endpoints(), n, shared, false) })
+			b.Run(name, func(b *testing.B) { benchAllocate(b, c.Endpoints(), n, shared, false, false) })
 		}
 	}
 }
@@ -178,7 +182,7 @@ func BenchmarkEtcdInterleaved(b *testing.B) {
 	c := benchCluster.get(b)
 	for _, n := range []int{1, 8} {
 		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
-			as, _ := benchAllocators(b, c.Endpoints(), n, false)
+			as, _ := benchAllocators(b, c.Endpoints(), n, false, false)
 			clis := make([]*clientv3.Client, n)
 			for i := range clis {
 				clis[i] = rawClient(b, c.Endpoints())
@@ -210,9 +214,10 @@ func BenchmarkEtcdInterleaved(b *testing.B) {
 }
 
 // benchAllocate measures allocations by n Allocators over etcdstore, on one
-// pool they share or on a pool each, following the Store's changes or not.
-func benchAllocate(b *testing.B, endpoints []string, n int, shared, follow bool) {
-	as, conflicts := benchAllocators(b, endpoints, n, follow)
+// pool they share or on a pool each, following the Store's changes or not,
+// with Spread values of their own or not.
+func benchAllocate(b *testing.B, endpoints []string, n int, shared, follow, spread bool) {
+	as, conflicts := benchAllocators(b, endpoints, n, follow, spread)
 	var next atomic.Int64
 	b.ReportAllocs()
 	start := time.Now()
@@ -239,7 +244,7 @@ func benchAllocateOne(a *ipam.Allocator, pool string, n int64) error {
 // benchAllocators returns n Allocators over etcdstore, each with a client
 // of its own, on n pools of 65,536 addresses, p0 to p<n-1>, under a new
 // prefix; and the count of the conflicts their writes meet.
-func benchAllocators(b *testing.B, endpoints []string, n int, follow bool) ([]*ipam.Allocator, *atomic.Int64) {
+func benchAllocators(b *testing.B, endpoints []string, n int, follow, spread bool) ([]*ipam.Allocator, *atomic.Int64) {
 	prefix := benchPrefix(b, endpoints)
 	var pools []*ipam.Pool
 	for i := range n {
@@ -257,7 +262,11 @@ func benchAllocators(b *testing.B, endpoints []string, n int, follow bool) ([]*i
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { s.Close() })
-		if as[i], err = ipam.NewAllocator(ipam.Options{Pools: cat, Store: counting{s, conflicts}}); err != nil {
+		opts := ipam.Options{Pools: cat, Store: counting{s, conflicts}}
+		if spread {
+			opts.Spread = fmt.Sprintf("agent-%d", i)
+		}
+		if as[i], err = ipam.NewAllocator(opts); err != nil {
 			b.Fatal(err)
 		}
 		if follow {
