@@ -111,14 +111,15 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 		}
 	}
 
-	// What the owner holds already: asked of the Store up front when the
-	// Store cannot check it in the same step as a create, for a stable
-	// owner, whose claims may sit in pools it no longer uses or under the
-	// UID it had before it was marked stable, and when addresses are
-	// requested, which must be checked against what is held first.
-	// Otherwise the Store's exclusive check on the create finds it.
+	// What the owner holds already: asked of the Store up front for a
+	// stable owner, whose claims may sit in pools it no longer uses or under
+	// the UID it had before it was marked stable, when addresses are
+	// requested, which must be checked against what is held first, and
+	// when the Store can neither check it as it creates nor settle a create
+	// afterwards cheaply. Otherwise the create comes first, and the Store's
+	// exclusive check, or settle, finds it (see createFirst).
 	hs := &holdings{owner: owner}
-	if a.excl == nil || req.Stable || slices.ContainsFunc(tasks, func(t task) bool { return t.want.IsValid() }) {
+	if !a.createFirst || req.Stable || slices.ContainsFunc(tasks, func(t task) bool { return t.want.IsValid() }) {
 		if err := a.readHoldings(ctx, hs); err != nil {
 			return Result{}, &AllocationError{Err: err, Reason: "reading what the owner holds: " + err.Error()}
 		}

@@ -254,6 +254,12 @@ type Allocator struct {
 	vers    store.PoolVersioner    // nil if the Store has no pool versions
 	ordered bool                   // the Store's revisions follow its writes (store.OrderedRevisions)
 	addrs   store.AddressReader    // nil if the Store cannot find an address's claims in every pool
+	// createFirst says an Allocate for a new owner may create before it
+	// reads what the owner holds: the Store checks it as it creates
+	// (ExclusiveCreator), or orders its revisions and answers an Owned at
+	// least as new as a create cheaply (OwnedAtLeast), so that settle finds
+	// a claim the owner held before as the first one.
+	createFirst bool
 	spread  uint64                 // hash of Options.Spread; 0 without
 	log     *slog.Logger
 	quarant time.Duration
@@ -284,6 +290,8 @@ func NewAllocator(opts Options) (*Allocator, error) {
 	if o, ok := a.store.(store.OrderedRevisions); ok {
 		a.ordered = o.RevisionsOrdered()
 	}
+	_, atLeast := a.store.(store.OwnedAtLeast)
+	a.createFirst = a.excl != nil || a.ordered && atLeast
 	_, a.static = a.source.(*Catalog)
 	if opts.Spread != "" {
 		h := fnv.New64a()

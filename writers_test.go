@@ -194,7 +194,7 @@ func TestWritersRandomAllocators(t *testing.T) {
 func TestWritersSameOwnerConcurrently(t *testing.T) {
 	ctx := context.Background()
 	src := newChangingSource(`{"name":"p","ranges":[{"subnet":"10.0.0.0/24"}]}`)
-	for _, kind := range []string{"exclusive", "ordered", "neither"} {
+	for _, kind := range []string{"exclusive", "ordered", "ordered-at-least", "neither"} {
 		t.Run(kind, func(t *testing.T) {
 			base := memstore.New()
 			var allocs []*ipam.Allocator
@@ -203,6 +203,8 @@ func TestWritersSameOwnerConcurrently(t *testing.T) {
 				switch kind {
 				case "ordered":
 					st = withoutExclusive(base.Open())
+				case "ordered-at-least":
+					st = atLeast{withoutExclusive(base.Open())}
 				case "neither":
 					st = unordered{withoutExclusive(base.Open())}
 				}
@@ -247,6 +249,15 @@ func TestWritersSameOwnerConcurrently(t *testing.T) {
 	}
 }
 
+// atLeast is a Store with ordered revisions and OwnedAtLeast, without
+// ExclusiveCreator, as kubestore is: an Allocator creates first and settles
+// afterwards.
+type atLeast struct{ hideExclusive }
+
+func (s atLeast) OwnedAtLeast(ctx context.Context, q store.OwnerQuery, rev int64) ([]store.Claim, error) {
+	return s.Owned(ctx, q)
+}
+
 // unordered is a Store that does not say its revisions are ordered.
 type unordered struct{ hideExclusive }
 
@@ -263,13 +274,20 @@ func TestWritersInterfaceLessClaim(t *testing.T) {
 	)
 	require.NoError(t, err)
 	ann := map[string]string{ipam.AnnotationIPPools: `[{"interface":"eth0","ipv4":["front"]},{"interface":"net1","ipv4":["back"]}]`}
-	for _, stable := range []bool{true, false} {
-		t.Run(fmt.Sprintf("stable=%t", stable), func(t *testing.T) {
+	for _, tc := range []struct {
+		stable, createFirst bool
+	}{{true, false}, {false, false}, {false, true}} {
+		stable := tc.stable
+		t.Run(fmt.Sprintf("stable=%t/create-first=%t", stable, tc.createFirst), func(t *testing.T) {
 			st := memstore.New()
 			imported, err := st.Create(ctx, store.Claim{Pool: "back", IP: netip.MustParseAddr("10.2.0.10"),
 				Owner: store.Owner{Namespace: "db", Name: "db-0", UID: "uid-0", Stable: stable}})
 			require.NoError(t, err)
-			a := mustAllocator(t, cat, st)
+			var over store.Store = st
+			if tc.createFirst {
+				over = atLeast{withoutExclusive(st)}
+			}
+			a := mustAllocator(t, cat, over)
 			req := ipam.Request{Namespace: "db", Name: "db-0", UID: "uid-1", Stable: stable, Annotations: ann,
 				Interfaces: []ipam.Interface{{Name: "eth0"}, {Name: "net1"}}}
 			if !stable {
