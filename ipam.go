@@ -260,9 +260,9 @@ type Allocator struct {
 	// least as new as a create cheaply (OwnedAtLeast), so that settle finds
 	// a claim the owner held before as the first one.
 	createFirst bool
-	spread  uint64                 // hash of Options.Spread; 0 without
-	log     *slog.Logger
-	quarant time.Duration
+	spread      uint64 // hash of Options.Spread; 0 without
+	log         *slog.Logger
+	quarant     time.Duration
 
 	pools  readmap.Map[*poolIndex]
 	follow atomic.Pointer[follower] // set while Follow runs
