@@ -42,6 +42,9 @@ type config struct {
 	Routes     []ipam.Route
 	DataDir    string
 	ResolvConf string
+	// Sync is ipam.sync: the state directory's writes are fsynced, so that
+	// they survive a power loss, not only a crash.
+	Sync bool
 	// Etcd is the ipam.etcd section: the claims live in etcd instead of the
 	// state directory (see etcd.go). Nil if absent.
 	Etcd json.RawMessage
@@ -167,6 +170,8 @@ type ipamConf struct {
 	Routes     []ipam.Route      `json:"routes"`
 	Etcd       json.RawMessage   `json:"etcd"`
 	Kubernetes json.RawMessage   `json:"kubernetes"`
+	// Sync fsyncs the state directory's writes (filestore.Options.Sync).
+	Sync bool `json:"sync"`
 	ipam.NetConf
 }
 
@@ -219,6 +224,7 @@ func loadConfig(stdin []byte, cniArgs string) (*config, error) {
 		return nil, err
 	}
 	c.Pod = parsePodArgs(cniArgs)
+	c.Sync = ic.Sync
 	if present(ic.Etcd) {
 		if ic.DataDir != "" {
 			return nil, &codedError{types.ErrInvalidNetworkConfig,

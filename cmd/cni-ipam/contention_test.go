@@ -79,8 +79,8 @@ func TestExhaustedOnlyWhenFull(t *testing.T) {
 	}
 	var out strings.Builder
 	p := &plugin{stdout: &out, warn: io.Discard, timeout: defaultTimeout,
-		open: func(dir string, pools []poolLoc) (store.Store, io.Closer, error) {
-			st, c, err := openState(dir, pools)
+		open: func(dir string, pools []poolLoc, sync bool) (store.Store, io.Closer, error) {
+			st, c, err := openState(dir, pools, sync)
 			if err != nil {
 				return nil, nil, err
 			}

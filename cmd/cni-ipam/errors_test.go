@@ -123,7 +123,7 @@ func (s *faultStore) Delete(ctx context.Context, pool string, ip netip.Addr, rev
 func inProcess(st store.Store, timeout time.Duration) (*plugin, *bytes.Buffer) {
 	var out bytes.Buffer
 	return &plugin{
-		open:    func(string, []poolLoc) (store.Store, io.Closer, error) { return st, io.NopCloser(nil), nil },
+		open:    func(string, []poolLoc, bool) (store.Store, io.Closer, error) { return st, io.NopCloser(nil), nil },
 		stdout:  &out,
 		warn:    io.Discard,
 		timeout: timeout,
@@ -188,8 +188,8 @@ func TestLockHeldIsTryAgain(t *testing.T) {
 				require.NoError(t, os.MkdirAll(dir, 0o755))
 				take()
 			} else {
-				p.open = func(dir string, pools []poolLoc) (store.Store, io.Closer, error) {
-					st, c, err := openState(dir, pools)
+				p.open = func(dir string, pools []poolLoc, sync bool) (store.Store, io.Closer, error) {
+					st, c, err := openState(dir, pools, sync)
 					if err == nil {
 						take()
 					}
@@ -236,4 +236,26 @@ func TestDelWithPrevResultReadsNoList(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
 	require.Equal(t, "a", cs[0].Owner.ContainerID)
+}
+
+// TestSyncOption: ipam.sync (default false, as host-local writes without
+// fsync) reaches the state directory's opener, in both config forms.
+func TestSyncOption(t *testing.T) {
+	for _, tc := range []struct {
+		conf string
+		want bool
+	}{
+		{`{"cniVersion": "1.1.0", "name": "n", "ipam": {"ranges": [[{"subnet": "10.40.0.0/24"}]]}}`, false},
+		{`{"cniVersion": "1.1.0", "name": "n", "ipam": {"ranges": [[{"subnet": "10.40.0.0/24"}]], "sync": true}}`, true},
+		{`{"cniVersion": "1.1.0", "name": "n", "ipam": {"pools": [{"name": "p", "subnet": "10.40.0.0/24", "ips": ["10.40.0.10-10.40.0.20"], "default": true}], "sync": true}}`, true},
+	} {
+		var got []bool
+		p := &plugin{stdout: io.Discard, warn: io.Discard, timeout: defaultTimeout,
+			open: func(dir string, pools []poolLoc, sync bool) (store.Store, io.Closer, error) {
+				got = append(got, sync)
+				return memstore.New(), io.NopCloser(nil), nil
+			}}
+		require.NoError(t, p.cmdAdd(&skel.CmdArgs{ContainerID: "c1", IfName: "eth0", StdinData: []byte(tc.conf)}), tc.conf)
+		require.Equal(t, []bool{tc.want}, got, tc.conf)
+	}
 }

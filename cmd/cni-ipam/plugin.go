@@ -26,7 +26,7 @@ const defaultTimeout = 100 * time.Second
 
 // opener opens the claims of a network: the state directory dir, its files
 // mapped to pools by pools. The returned closer releases what it holds.
-type opener func(dir string, pools []poolLoc) (store.Store, io.Closer, error)
+type opener func(dir string, pools []poolLoc, sync bool) (store.Store, io.Closer, error)
 
 // plugin serves the CNI commands. The zero plugin is not usable; main builds
 // one over the file store, tests over what they like.
@@ -79,7 +79,7 @@ func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session
 	case cfg.Etcd != nil:
 		st, closer, err = openEtcd(cfg.Etcd, cfg.Name)
 	default:
-		if st, closer, err = p.openCtx(ctx, cfg.Dir(), locs); err != nil {
+		if st, closer, err = p.openCtx(ctx, cfg.Dir(), locs, cfg.Sync); err != nil {
 			err = fmt.Errorf("opening state directory %s: %w", cfg.Dir(), err)
 			if ctx.Err() == nil {
 				err = &codedError{types.ErrIOFailure, err}
@@ -130,7 +130,7 @@ func (p *plugin) prepare(args *skel.CmdArgs) (cfg *config, locs []poolLoc, cat *
 // openCtx opens the store within ctx: opening takes the directory's lock,
 // which another process may hold for longer than the deadline. If ctx ends
 // first, the store is closed once the open returns.
-func (p *plugin) openCtx(ctx context.Context, dir string, locs []poolLoc) (store.Store, io.Closer, error) {
+func (p *plugin) openCtx(ctx context.Context, dir string, locs []poolLoc, sync bool) (store.Store, io.Closer, error) {
 	type opened struct {
 		st     store.Store
 		closer io.Closer
@@ -139,7 +139,7 @@ func (p *plugin) openCtx(ctx context.Context, dir string, locs []poolLoc) (store
 	ch := make(chan opened, 1)
 	open := p.open
 	go func() {
-		st, c, err := open(dir, locs)
+		st, c, err := open(dir, locs, sync)
 		ch <- opened{st, c, err}
 	}()
 	select {

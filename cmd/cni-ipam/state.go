@@ -14,12 +14,19 @@ import (
 
 // openState opens the state directory of a network in host-local's format,
 // mapping each pool to its range-set index and prefixes.
-func openState(dir string, pools []poolLoc) (store.Store, io.Closer, error) {
+//
+// Without sync the files are written as host-local writes them, without
+// fsync: a process that dies at any moment leaves no partial claim file
+// (see store/filestore), and what a power loss may lose is the claims of
+// containers that do not outlive it either (after a reboot the runtime adds
+// its pods again, and garbage collection releases what they held). With
+// sync, every write is fsynced before the call returns.
+func openState(dir string, pools []poolLoc, sync bool) (store.Store, io.Closer, error) {
 	fp := make([]filestore.Pool, len(pools))
 	for i, p := range pools {
 		fp[i] = filestore.Pool{Name: p.Name, Index: p.Index, Prefixes: p.Prefixes}
 	}
-	fs, err := filestore.Open(dir, filestore.Options{Pools: fp, Sync: true})
+	fs, err := filestore.Open(dir, filestore.Options{Pools: fp, Sync: sync})
 	if err != nil {
 		return nil, nil, err
 	}
