@@ -34,10 +34,14 @@
 // a plain map. Finding a pool by name takes no lock.
 //
 // A claim costs its record, about 120 bytes on a 64-bit platform (plus its
-// owner's strings, which are the caller's), and the share of its block, which is
-// small when the block is full: about 130 bytes a claim for consecutive
-// addresses, about 340 for a claim alone in its block, as a scattered IPv6
-// address is. Memory grows with the number of claims, never with the span of
+// owner's strings, which are the caller's), the share of its block, which is
+// small when the block is full, and its owner's entries in the owner index:
+// about 320 bytes a claim in all for consecutive addresses each held by a pod of
+// its own, about 530 for a claim alone in its block, as a scattered IPv6
+// address is. An owner holding more than a few claims (a reservation, a VM)
+// gets an index of them, about 100 bytes a claim, so that creating and
+// deleting one of its claims costs the same whether it holds ten or a million.
+// Memory grows with the number of claims, never with the span of
 // addresses they are scattered over, and is not given back: the blocks that
 // Deletes empty are kept, with the room they had grown, and reused for later
 // claims of the same pool. Pools are never removed; adding one copies the set of

@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -253,8 +254,11 @@ func TestAllocs(t *testing.T) {
 }
 
 // TestMemory checks that claims cost memory for themselves, not for the span of
-// addresses they are scattered over: a claim costs about its record, 120 bytes,
-// whether it is one of a run of consecutive addresses or alone in its /64.
+// addresses they are scattered over: a claim costs its record and its owner's
+// entries in the owner index, about 320 bytes with an owner of its own (a pod),
+// whether it is one of a run of consecutive addresses or alone in its /64. One
+// owner holding many claims costs an index of them (about 100 bytes a claim), so
+// that adding and removing one stays O(1).
 func TestMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures the heap")
@@ -264,23 +268,33 @@ func TestMemory(t *testing.T) {
 		name string
 		ip   func(i int) netip.Addr
 		max  uint64 // bytes per claim
+		// ownEach gives each claim an owner of its own, as pods have;
+		// otherwise one owner holds them all, as a reservation might.
+		ownEach bool
 	}{
-		{"consecutive IPv4", func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}) }, 200},
+		{"consecutive IPv4", func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}) }, 384, true},
+		{"consecutive IPv4, one owner", func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}) }, 320, false},
 		{"scattered IPv6", func(i int) netip.Addr {
 			return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 6: byte(i >> 8), 7: byte(i), 15: 1})
-		}, 512},
+		}, 640, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ips := make([]netip.Addr, n)
+			uids := make([]string, n)
 			for i := range ips {
 				ips[i] = tc.ip(i)
+				uids[i] = fmt.Sprintf("uid-%08d", i)
 			}
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
 			s := memstore.New()
-			for _, ip := range ips {
-				if _, err := s.Create(t.Context(), testClaim(ip)); err != nil {
+			for i, ip := range ips {
+				c := testClaim(ip)
+				if tc.ownEach {
+					c.Owner.UID = uids[i]
+				}
+				if _, err := s.Create(t.Context(), c); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -288,6 +302,7 @@ func TestMemory(t *testing.T) {
 			runtime.ReadMemStats(&after)
 			runtime.KeepAlive(s)
 			runtime.KeepAlive(ips)
+			runtime.KeepAlive(uids)
 			per := (after.HeapAlloc - before.HeapAlloc) / n
 			t.Logf("%d bytes per claim", per)
 			if per > tc.max {

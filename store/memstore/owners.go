@@ -59,54 +59,104 @@ type ref struct {
 }
 
 // refs is the claims of one identity. The first is stored inline, so an owner
-// with one claim costs no allocation of its own.
+// with one claim costs no allocation of its own; the others are in more. An
+// identity with more than refsScan claims (an operator's reservation, a VM
+// with many addresses) gets an index of its entries too, so that adding and
+// removing one stays O(1) however many it holds.
 type refs struct {
 	first ref
-	rest  []ref
+	more  *moreRefs
 	n     int
 }
+
+// moreRefs is the claims of an identity after its first.
+type moreRefs struct {
+	list []ref
+	idx  map[ref]int // position of each entry in refs, once there are more than refsScan
+}
+
+// refsScan is how many entries refs searches one by one before it indexes them.
+const refsScan = 8
 
 func (rs *refs) at(i int) ref {
 	if i == 0 {
 		return rs.first
 	}
-	return rs.rest[i-1]
+	return rs.more.list[i-1]
+}
+
+func (rs *refs) set(i int, r ref) {
+	if i == 0 {
+		rs.first = r
+	} else {
+		rs.more.list[i-1] = r
+	}
+	if rs.more != nil && rs.more.idx != nil {
+		rs.more.idx[r] = i
+	}
+}
+
+// find returns the position of r, or -1.
+func (rs *refs) find(r ref) int {
+	if rs.more != nil && rs.more.idx != nil {
+		if i, ok := rs.more.idx[r]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range rs.n {
+		if rs.at(i) == r {
+			return i
+		}
+	}
+	return -1
 }
 
 func (rs *refs) add(r ref) {
-	for i := range rs.n {
-		if rs.at(i) == r {
-			return
-		}
+	if rs.find(r) >= 0 {
+		return
 	}
-	if rs.n == 0 {
-		rs.first = r
-	} else {
-		rs.rest = append(rs.rest, r)
+	if rs.n > 0 {
+		if rs.more == nil {
+			rs.more = &moreRefs{}
+		}
+		rs.more.list = append(rs.more.list, ref{})
 	}
 	rs.n++
+	rs.set(rs.n-1, r)
+	if rs.n > refsScan && rs.more.idx == nil {
+		rs.more.idx = make(map[ref]int, 2*rs.n)
+		for i := range rs.n {
+			rs.more.idx[rs.at(i)] = i
+		}
+	}
 }
 
 // remove drops r, if present, moving the last entry into its place.
 func (rs *refs) remove(r ref) {
-	for i := range rs.n {
-		if rs.at(i) != r {
-			continue
-		}
-		last := rs.at(rs.n - 1)
-		if i == 0 {
-			rs.first = last
-		} else {
-			rs.rest[i-1] = last
-		}
-		if rs.n > 1 {
-			rs.rest[rs.n-2] = ref{}
-			rs.rest = rs.rest[:rs.n-2]
-		} else {
-			rs.first = ref{}
-		}
-		rs.n--
+	i := rs.find(r)
+	if i < 0 {
 		return
+	}
+	if rs.more != nil && rs.more.idx != nil {
+		delete(rs.more.idx, r)
+	}
+	if last := rs.n - 1; i != last {
+		rs.set(i, rs.at(last))
+	}
+	rs.n--
+	switch {
+	case rs.n == 0:
+		rs.first = ref{}
+		rs.more = nil
+	case rs.n == 1:
+		rs.more = nil // the first entry is the one left
+	default:
+		rs.more.list[rs.n-1] = ref{}
+		rs.more.list = rs.more.list[:rs.n-1]
+		if rs.n <= refsScan/2 {
+			rs.more.idx = nil
+		}
 	}
 }
 

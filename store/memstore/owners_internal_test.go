@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -55,5 +56,41 @@ func TestOwnerHashCollisions(t *testing.T) {
 	}
 	if len(sh.m) != 0 {
 		t.Fatalf("%d entries left", len(sh.m))
+	}
+}
+
+// TestRefsMany adds and removes the entries of one identity holding many
+// claims in a seeded random order, checking them against a set after every
+// step, across the point where refs starts indexing its entries and back.
+func TestRefsMany(t *testing.T) {
+	p := &poolClaims{name: "p"}
+	r := func(i int) ref { return ref{p, netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})} }
+	rng := rand.New(rand.NewPCG(1, 2))
+	var rs refs
+	want := map[ref]bool{}
+	for step := range 20000 {
+		x := r(rng.IntN(300))
+		if step%5000 > 3000 || rng.IntN(2) == 0 {
+			rs.remove(x)
+			delete(want, x)
+		} else {
+			rs.add(x)
+			want[x] = true
+		}
+		if rs.n != len(want) {
+			t.Fatalf("step %d: %d entries, want %d", step, rs.n, len(want))
+		}
+		for i := range rs.n {
+			e := rs.at(i)
+			if !want[e] {
+				t.Fatalf("step %d: entry %v at %d was removed", step, e.ip, i)
+			}
+			if rs.more != nil && rs.more.idx != nil && rs.more.idx[e] != i {
+				t.Fatalf("step %d: index puts %v at %d, it is at %d", step, e.ip, rs.more.idx[e], i)
+			}
+		}
+		if rs.more != nil && rs.more.idx != nil && len(rs.more.idx) != rs.n {
+			t.Fatalf("step %d: index of %d entries for %d", step, len(rs.more.idx), rs.n)
+		}
 	}
 }
