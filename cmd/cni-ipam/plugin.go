@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -99,15 +98,7 @@ func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session
 		}
 		closer.Close()
 	}()
-	opts := ipam.Options{Pools: pools, Store: st}
-	if cfg.Kubernetes != nil || cfg.Etcd != nil {
-		// A store that nodes share: each node's plugin goes round its pools
-		// from a place of its own (its host name), so that nodes allocating
-		// at once seldom race for one address. The state directory keeps
-		// host-local's round-robin from its last reserved address.
-		opts.Spread = spreadName()
-	}
-	alloc, err := ipam.NewAllocator(opts)
+	alloc, err := ipam.NewAllocator(ipam.Options{Pools: pools, Store: st})
 	if err != nil {
 		return toCNI(cfg, err)
 	}
@@ -506,13 +497,4 @@ func traceOf(err error) string {
 		lines[i] = e.String()
 	}
 	return strings.Join(lines, "\n")
-}
-
-// spreadName is the Allocator's Options.Spread on a shared store: the node's
-// host name, or the process ID where it has none, which spreads as well.
-func spreadName() string {
-	if h, err := os.Hostname(); err == nil && h != "" {
-		return h
-	}
-	return "pid-" + strconv.Itoa(os.Getpid())
 }
