@@ -3,7 +3,6 @@ package kubetest_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -128,13 +127,7 @@ func benchAllocate(b *testing.B, n int) {
 	var calls requestCount
 	var requests atomic.Int64
 	for i := range allocs {
-		cfg := srv.Config()
-		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return requestCounter{rt, &requests} }
-		ks, err := kubestore.New(cfg, kubestore.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		st := &countingStore{Store: ks, n: &calls}
+		st := &countingStore{Store: newCountingStore(b, &requests), n: &calls}
 		if allocs[i], err = ipam.NewAllocator(ipam.Options{Pools: cat, Store: st, Spread: fmt.Sprint("agent-", i)}); err != nil {
 			b.Fatal(err)
 		}

@@ -222,6 +222,19 @@ func (c requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.rt.RoundTrip(r)
 }
 
+// newCountingStore is newStore with its HTTP requests, but watches, counted
+// in n.
+func newCountingStore(t testing.TB, n *atomic.Int64) *kubestore.Store {
+	t.Helper()
+	cfg := srv.Config()
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return requestCounter{rt, n} }
+	s, err := kubestore.New(cfg, kubestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // TestOwnedAtLeastFromWatch: while a Watch of the reader runs, its
 // OwnedAtLeast answers from what the watch reported, without a request once
 // the watch has reported the revision, and has every claim written up to
@@ -230,12 +243,7 @@ func TestOwnedAtLeastFromWatch(t *testing.T) {
 	emptyBackend(t)
 	writer := newStore(t)
 	var requests atomic.Int64
-	cfg := srv.Config()
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return requestCounter{rt, &requests} }
-	reader, err := kubestore.New(cfg, kubestore.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reader := newCountingStore(t, &requests)
 	v := newView()
 	wctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
