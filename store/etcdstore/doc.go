@@ -13,10 +13,9 @@
 // default), so that several clusters or tenants share one etcd. Under it:
 //
 //	claims/<pool>/<family>/<address>                          a claim, as JSON (store.Claim without its revision)
-//	cursors/<pool>                                            a pool's cursor (store.Cursors), the address as text
-//	versions/<pool>                                           empty; its ModRevision is the pool's version (store.PoolVersioner)
 //	owners/<kind>/<id>/<family>/<interface>/<pool>/<address>  a copy of a claim, under one identity of its owner
-//	addrs/<family>/<address>/<pool>                           a copy of a claim, under its address (store.AddressReader)
+//	pools/<pool>                                              the pool's record: its cursor (store.Cursors) as text, empty if none;
+//	                                                          its ModRevision is the pool's version (store.PoolVersioner)
 //
 // <family> is 4 or 6; <address> is the address in fixed-width lower-case
 // hex, 8 digits for IPv4 and 32 for IPv6, so that the keys of a pool's
@@ -32,15 +31,17 @@
 //
 // # Writes
 //
-// Every write is one etcd transaction: the claim, a copy of it under each
-// identity of its owner (store.Owner.Identities) and one under its address,
-// the pool's version key,
-// and for CreateAndSetCursor and CreateExclusive the pool's cursor. Create puts them if the claim key has
-// no version; CreateExclusive also compares, in the same transaction, the key
-// ranges of its owner's primary identity that would conflict (its family, on
-// its interface and on none), so that checking what the owner holds costs no
-// extra round trip; the cursor and the version key are put without a
-// comparison, so they never cause a conflict. Update and Delete replace or remove the claim and its copies if
+// Every write is one etcd transaction of the claim, a copy of it under each
+// identity of its owner (store.Owner.Identities) and the pool's record: a
+// pod's claim is three keys. CreateAndSetCursor and CreateExclusive put the
+// new address in the pool's record; the other writes put it with its value
+// kept, so that its ModRevision moves and its cursor stays. Create puts them
+// if the claim key has no version; CreateExclusive also compares, in the same
+// transaction, the key ranges of its owner's primary identity that would
+// conflict (its family, on its interface and on none), so that checking what
+// the owner holds costs no extra round trip. The pool's record is put without
+// a comparison, so it never causes a conflict, and never deleted, so that the
+// records name every pool that has had a claim. Update and Delete replace or remove the claim and its copies if
 // the claim's ModRevision is the revision the caller names. To remove the
 // copies of the owner it replaces, an Update or Delete needs that owner: it
 // knows it without asking when the same Store read or wrote the claim at that
@@ -55,7 +56,12 @@
 // # Reads
 //
 // Get, Owned, Cursor and PoolVersion are one linearizable read each: they see every write
-// that completed before they were called, through any client. Owned reads the
+// that completed before they were called, through any client. AddressClaims
+// (store.AddressReader) gets the claim key of the address in every pool that
+// has a record, in read-only transactions of up to 128 keys, etcd's default
+// limit; the Store remembers the pools it has read the records of, and each
+// transaction checks that no record was created since (and reads them again
+// if one was), so that a pool's first claim is never missed. Owned reads the
 // copies under the owner's identity, so its cost is that of the owner's claims.
 // List reads a pool in pages of Options.ListPageSize keys, every page at the
 // revision of the first, so that a pool of any size is listed as it was at

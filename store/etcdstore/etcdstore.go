@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -52,6 +51,7 @@ type Store struct {
 	pageSize int
 	log      *slog.Logger
 	recent   recent
+	pools    poolNames
 	note     certNote
 }
 
@@ -402,12 +402,14 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor, exclusive boo
 	key := s.keys.claim(c.Pool, c.IP)
 	val := encode(c)
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", 0)}
-	then := []clientv3.Op{clientv3.OpPut(key, val), s.touch(c.Pool), clientv3.OpPut(s.keys.addr(c.Pool, c.IP), val)}
+	then := []clientv3.Op{clientv3.OpPut(key, val)}
 	for _, k := range s.keys.owners(c) {
 		then = append(then, clientv3.OpPut(k, val))
 	}
 	if cursor {
-		then = append(then, clientv3.OpPut(s.keys.cursor(c.Pool), c.IP.String()))
+		then = append(then, clientv3.OpPut(s.keys.pool(c.Pool), c.IP.String()))
+	} else {
+		then = append(then, s.touch(c.Pool))
 	}
 	var els []clientv3.Op
 	if exclusive {
@@ -477,7 +479,7 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 		return store.Claim{}, claimError("update", c.Pool, c.IP, key, err)
 	}
 	val := encode(c)
-	then := []clientv3.Op{clientv3.OpPut(key, val), s.touch(c.Pool), clientv3.OpPut(s.keys.addr(c.Pool, c.IP), val)}
+	then := []clientv3.Op{clientv3.OpPut(key, val), s.touch(c.Pool)}
 	puts := s.keys.owners(c)
 	for _, k := range puts {
 		then = append(then, clientv3.OpPut(k, val))
@@ -508,7 +510,7 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 	if err != nil {
 		return claimError("delete", pool, ip, key, err)
 	}
-	then := []clientv3.Op{clientv3.OpDelete(key), s.touch(pool), clientv3.OpDelete(s.keys.addr(pool, ip))}
+	then := []clientv3.Op{clientv3.OpDelete(key), s.touch(pool)}
 	for _, k := range s.keys.owners(old) {
 		then = append(then, clientv3.OpDelete(k))
 	}
@@ -603,51 +605,140 @@ func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, e
 	return out, nil
 }
 
-// touch returns the write that changes pool's version: a put, without a
-// comparison, of the pool's version key, in every transaction that writes
-// a claim of the pool.
+// touch returns the write that changes pool's version and keeps its cursor:
+// a put of the pool's record with its value as it is, or empty if there is no
+// record yet, in every transaction that writes a claim of the pool without
+// moving the cursor. It is a transaction of its own, nested in the write's,
+// since etcd refuses to keep the value of a key that does not exist; its
+// comparison never makes the write fail.
 func (s *Store) touch(pool string) clientv3.Op {
-	return clientv3.OpPut(s.keys.version(pool), "")
+	key := s.keys.pool(pool)
+	return clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), ">", 0)},
+		[]clientv3.Op{clientv3.OpPut(key, "", clientv3.WithIgnoreValue())},
+		[]clientv3.Op{clientv3.OpPut(key, "")})
 }
 
-// AddressClaims returns the claims of ip in every pool, from their address
-// records (addrs/<family>/<address>/<pool>, written in each claim's
-// transaction): one linearizable range read.
+// maxTxnOps is the most operations etcd takes in one branch of a
+// transaction by default (its --max-txn-ops).
+const maxTxnOps = 128
+
+// AddressClaims returns the claims of ip in every pool that has had a claim
+// (each has a record under pools/, put in its claims' transactions): one
+// linearizable read-only transaction that gets the claim key of ip in each
+// pool, for every 128 pools. The Store remembers the pools it knows and the
+// revision it read them at; each transaction also checks that no pool
+// record was created since, and when one was, reads them again.
 func (s *Store) AddressClaims(ctx context.Context, ip netip.Addr) ([]store.Claim, error) {
 	if err := checkAddr(ip); err != nil {
 		return nil, claimError("claims of address", "", ip, "", err)
 	}
-	prefix := s.keys.addrPrefix(ip)
-	resp, err := s.get(ctx, prefix, clientv3.WithPrefix())
+	out, err := s.addressClaims(ctx, ip)
 	if err != nil {
-		return nil, claimError("claims of address", "", ip, prefix, err)
-	}
-	var out []store.Claim
-	var corrupt []error
-	for _, kv := range resp.Kvs {
-		pool, err := unescape(strings.TrimPrefix(string(kv.Key), prefix))
-		if err != nil {
-			corrupt = append(corrupt, &CorruptError{Key: string(kv.Key), Reason: "pool segment: " + err.Error()})
-			continue
-		}
-		c, err := decode(kv, pool, ip)
-		if err != nil {
-			corrupt = append(corrupt, err)
-			continue
-		}
-		out = append(out, c)
-	}
-	if len(corrupt) > 0 {
-		return out, fmt.Errorf("etcdstore: claims of address %s: %w", ip, errors.Join(corrupt...))
+		return out, claimError("claims of address", "", ip, s.keys.poolsPrefix(), err)
 	}
 	return out, nil
 }
 
+func (s *Store) addressClaims(ctx context.Context, ip netip.Addr) ([]store.Claim, error) {
+	pools, rev := s.pools.get()
+	for range 8 {
+		out, fresh, err := s.claimsIn(ctx, pools, rev, ip)
+		if err != nil || fresh == nil {
+			return out, err
+		}
+		s.pools.set(*fresh)
+		pools, rev = fresh.names, fresh.rev
+	}
+	return nil, errors.New("pools kept getting their first claims while their claims were read; try again")
+}
+
+// claimsIn returns the claims of ip in pools, the pools known at revision
+// rev: with a read-only transaction for every maxTxnOps of them, each
+// checking that no pool record was created after rev. If one was, it
+// returns every pool record instead, read at once.
+func (s *Store) claimsIn(ctx context.Context, pools []string, rev int64, ip netip.Addr) ([]store.Claim, *poolList, error) {
+	prefix := s.keys.poolsPrefix()
+	var out []store.Claim
+	var corrupt []error
+	for start := 0; start == 0 || start < len(pools); start += maxTxnOps {
+		chunk := pools[start:min(start+maxTxnOps, len(pools))]
+		gets := make([]clientv3.Op, len(chunk))
+		for i, p := range chunk {
+			gets[i] = clientv3.OpGet(s.keys.claim(p, ip))
+		}
+		resp, err := s.txn(ctx,
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(prefix), "<", rev+1).WithRange(prefixEnd(prefix))},
+			gets,
+			[]clientv3.Op{clientv3.OpGet(prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())})
+		if err != nil {
+			return nil, nil, err
+		}
+		if !resp.Succeeded {
+			// A pool has had its first claim since rev.
+			return nil, &poolList{s.poolNames(resp.Responses[0].GetResponseRange().GetKvs()), resp.Header.Revision}, nil
+		}
+		for i, r := range resp.Responses {
+			for _, kv := range r.GetResponseRange().GetKvs() {
+				c, err := decode(kv, chunk[i], ip)
+				if err != nil {
+					corrupt = append(corrupt, err)
+					continue
+				}
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil, errors.Join(corrupt...)
+}
+
+// poolNames returns the pools named by pool record keys, skipping keys that
+// name none.
+func (s *Store) poolNames(kvs []*mvccpb.KeyValue) []string {
+	var names []string
+	for _, kv := range kvs {
+		p, err := s.keys.parsePoolKey(string(kv.Key))
+		if err != nil {
+			s.log.Warn("etcdstore: ignoring a key under pools/ that names no pool", "key", string(kv.Key), "err", err)
+			continue
+		}
+		names = append(names, p)
+	}
+	return names
+}
+
+// poolList is a list of the pools that have a record, read at revision rev.
+type poolList struct {
+	names []string
+	rev   int64
+}
+
+// poolNames holds the newest poolList a Store has read.
+type poolNames struct {
+	mu   sync.Mutex
+	list poolList
+}
+
+func (p *poolNames) get() ([]string, int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.list.names, p.list.rev
+}
+
+// set keeps l unless a newer list is kept already.
+func (p *poolNames) set(l poolList) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l.rev > p.list.rev {
+		p.list = l
+	}
+}
+
 // PoolVersion returns the version of pool's claims: the revision of the last
-// transaction that created, updated or deleted one of them, through any
-// client (0 if none did), with one linearizable read.
+// transaction that created, updated or deleted one of them, or set its
+// cursor, through any client (0 if none did), with one linearizable read.
 func (s *Store) PoolVersion(ctx context.Context, pool string) (uint64, error) {
-	key := s.keys.version(pool)
+	key := s.keys.pool(pool)
 	resp, err := s.get(ctx, key, clientv3.WithKeysOnly())
 	if err != nil {
 		return 0, fmt.Errorf("etcdstore: pool version %s (key %q): %w", pool, key, err)
@@ -662,12 +753,12 @@ func (s *Store) PoolVersion(ctx context.Context, pool string) (uint64, error) {
 // there is none. A cursor that is not an address is reported with an error
 // wrapping ErrCorrupt.
 func (s *Store) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
-	key := s.keys.cursor(pool)
+	key := s.keys.pool(pool)
 	resp, err := s.get(ctx, key)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("etcdstore: cursor %s (key %q): %w", pool, key, err)
 	}
-	if len(resp.Kvs) == 0 {
+	if len(resp.Kvs) == 0 || len(resp.Kvs[0].Value) == 0 {
 		return netip.Addr{}, nil
 	}
 	kv := resp.Kvs[0]
@@ -680,15 +771,16 @@ func (s *Store) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
 }
 
 // SetCursor records ip as the last address reserved in pool. Setting the zero
-// Addr forgets the cursor.
+// Addr forgets the cursor. Either changes the pool's version too: the cursor
+// is kept in the pool's record, which is never deleted.
 func (s *Store) SetCursor(ctx context.Context, pool string, ip netip.Addr) error {
-	key := s.keys.cursor(pool)
+	key := s.keys.pool(pool)
+	val := ""
+	if ip.IsValid() {
+		val = ip.String()
+	}
 	err := s.do(ctx, func(ctx context.Context) error {
-		if !ip.IsValid() {
-			_, err := s.cli.Delete(ctx, key)
-			return err
-		}
-		_, err := s.cli.Put(ctx, key, ip.String())
+		_, err := s.cli.Put(ctx, key, val)
 		return err
 	})
 	if err != nil {

@@ -12,11 +12,9 @@ import (
 
 // The key layout is described in the package documentation.
 const (
-	addrsDir    = "addrs/"
-	claimsDir   = "claims/"
-	cursorsDir  = "cursors/"
-	ownersDir   = "owners/"
-	versionsDir = "versions/"
+	claimsDir = "claims/"
+	ownersDir = "owners/"
+	poolsDir  = "pools/"
 )
 
 // keys builds and parses the keys of one Store's prefix.
@@ -117,25 +115,28 @@ func (k keys) claim(pool string, ip netip.Addr) string {
 	return k.poolPrefix(pool) + addrSegment(ip)
 }
 
-// addrPrefix is the prefix of the address records of ip, ending in "/".
-func (k keys) addrPrefix(ip netip.Addr) string {
-	return k.prefix + addrsDir + addrSegment(ip) + "/"
+// pool is the key of pool's record: its cursor as text, empty if it has
+// none; its ModRevision is the pool's version (store.PoolVersioner). Every
+// write of a claim of the pool puts it, so that the records list every pool
+// that has had a claim (AddressClaims).
+func (k keys) pool(pool string) string {
+	return k.poolsPrefix() + escape(pool)
 }
 
-// addr is the key of the address record of the claim of ip in pool.
-func (k keys) addr(pool string, ip netip.Addr) string {
-	return k.addrPrefix(ip) + escape(pool)
-}
+// poolsPrefix is the prefix of every pool record.
+func (k keys) poolsPrefix() string { return k.prefix + poolsDir }
 
-// cursor is the key of pool's cursor.
-func (k keys) cursor(pool string) string {
-	return k.prefix + cursorsDir + escape(pool)
-}
-
-// version is the key whose ModRevision is pool's version
-// (store.PoolVersioner).
-func (k keys) version(pool string) string {
-	return k.prefix + versionsDir + escape(pool)
+// parsePoolKey returns the pool named by a pool record's key.
+func (k keys) parsePoolKey(key string) (string, error) {
+	rest, ok := strings.CutPrefix(key, k.poolsPrefix())
+	if !ok || rest == "" || strings.Contains(rest, "/") {
+		return "", errBadKey
+	}
+	pool, err := unescape(rest)
+	if err != nil {
+		return "", fmt.Errorf("%w: pool %w", errBadKey, err)
+	}
+	return pool, nil
 }
 
 // identity is the prefix of the owner keys of one identity (q's Kind and

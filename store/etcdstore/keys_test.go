@@ -81,7 +81,7 @@ func TestParseClaimKeyBad(t *testing.T) {
 		"/p/claims/blue/x/4/0a000001", // extra segment
 		"/p/claims/blue/4/0a000001/x", // extra segment
 		"/p/claims/blue",              // no address
-		"/p/cursors/blue",             // not a claim
+		"/p/pools/blue",               // not a claim
 		"/p/claims/blue/4/0A000001",   // upper case: a second key for 10.0.0.1
 	} {
 		if pool, ip, err := k.parseClaimKey(key); !errors.Is(err, errBadKey) {

@@ -172,7 +172,7 @@ func TestCorruptRecords(t *testing.T) {
 		t.Errorf("Owned with a corrupt owner record (-want +got):\n%s", diff)
 	}
 
-	if _, err := cli.Put(ctx, prefix+"cursors/blue", "10.0.0.300"); err != nil {
+	if _, err := cli.Put(ctx, prefix+"pools/blue", "10.0.0.300"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Cursor(ctx, "blue"); !errors.Is(err, store.ErrCorrupt) {
@@ -342,17 +342,14 @@ func TestKeyLayout(t *testing.T) {
 		got = append(got, strings.TrimPrefix(string(kv.Key), prefix))
 	}
 	want := []string{
-		"addrs/4/0a000007/blue",
-		"addrs/6/20010db8000000000000000000000001/green%2Fx",
 		"claims/blue/4/0a000007",
 		"claims/green%2Fx/6/20010db8000000000000000000000001",
-		"cursors/blue",
 		"owners/container/abc/4/eth0/blue/0a000007",
 		"owners/container/def/6//green%2Fx/20010db8000000000000000000000001",
 		"owners/name/ns%2Fdb-0/4/eth0/blue/0a000007",
 		"owners/uid/1234/4/eth0/blue/0a000007",
-		"versions/blue",
-		"versions/green%2Fx",
+		"pools/blue",
+		"pools/green%2Fx",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("keys under the prefix (-want +got):\n%s", diff)
@@ -374,5 +371,105 @@ func TestCreateExclusiveCorruptOwnerRecord(t *testing.T) {
 	}
 	if _, err := s.Get(t.Context(), "blue", netip.MustParseAddr("10.0.0.1")); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Get after the refused CreateExclusive: %v, want store.ErrNotFound", err)
+	}
+}
+
+// A pool's record keeps its cursor through the writes that do not move it,
+// and each of them changes the pool's version.
+func TestPoolRecord(t *testing.T) {
+	s := open(t, single, newPrefix(t))
+	ctx := t.Context()
+	version := func() uint64 {
+		t.Helper()
+		v, err := s.PoolVersion(ctx, "blue")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	cursor := func() netip.Addr {
+		t.Helper()
+		ip, err := s.Cursor(ctx, "blue")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ip
+	}
+	// A pool's first claim made without a cursor leaves it without one.
+	first, err := s.Create(ctx, claimOf("blue", "10.0.0.9", "first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := cursor(); ip.IsValid() {
+		t.Errorf("cursor after a Create = %s, want none", ip)
+	}
+	if _, err := s.CreateAndSetCursor(ctx, claimOf("blue", "10.0.0.1", "a")); err != nil {
+		t.Fatal(err)
+	}
+	want := netip.MustParseAddr("10.0.0.1")
+	writes := []struct {
+		what string
+		do   func() error
+	}{
+		{"Create", func() error { _, err := s.Create(ctx, claimOf("blue", "10.0.0.5", "b")); return err }},
+		{"Update", func() error {
+			first.Owner = claimOf("", "10.0.0.9", "moved").Owner
+			var err error
+			first, err = s.Update(ctx, first, first.Revision)
+			return err
+		}},
+		{"Delete", func() error { return s.Delete(ctx, "blue", first.IP, first.Revision) }},
+	}
+	for _, w := range writes {
+		before := version()
+		if err := w.do(); err != nil {
+			t.Fatalf("%s: %v", w.what, err)
+		}
+		if after := version(); after == before {
+			t.Errorf("pool version %d before and after a %s", before, w.what)
+		}
+		if got := cursor(); got != want {
+			t.Errorf("cursor after a %s = %s, want %s", w.what, got, want)
+		}
+	}
+	if err := s.SetCursor(ctx, "blue", netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	if ip := cursor(); ip.IsValid() {
+		t.Errorf("cursor after forgetting it = %s, want none", ip)
+	}
+}
+
+// AddressClaims finds an address in more pools than one etcd transaction
+// may read, pools made by another Store after this one listed them
+// included.
+func TestAddressClaimsManyPools(t *testing.T) {
+	prefix := newPrefix(t)
+	reader, writer := open(t, single, prefix), open(t, single, prefix)
+	ctx := t.Context()
+	ip := netip.MustParseAddr("10.0.0.1")
+	count := func() int {
+		t.Helper()
+		cs, err := reader.AddressClaims(ctx, ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(cs)
+	}
+	for i := range 300 {
+		if _, err := writer.Create(ctx, claimOf(fmt.Sprintf("p%03d", i), "10.0.0.1", fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 || i == 299 {
+			if n := count(); n != i+1 {
+				t.Fatalf("AddressClaims found %d claims in %d pools", n, i+1)
+			}
+		}
+	}
+	if _, err := writer.Create(ctx, claimOf("other", "10.0.0.2", "x")); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 300 {
+		t.Errorf("AddressClaims found %d claims, want 300", n)
 	}
 }
