@@ -130,7 +130,7 @@ func (s *Store) Get(ctx context.Context, pool string, ip netip.Addr) (store.Clai
 		return store.Claim{}, &CorruptError{Name: name, Field: "spec.pool", Value: c.Pool,
 			Reason: fmt.Sprintf("the name of pool %q address %s is held by another pool's claim", pool, ip)}
 	}
-	s.uids.put(name, c.Revision, o.UID)
+	s.uids.put(name, c.Revision, o.Metadata.UID)
 	return c, nil
 }
 
@@ -256,7 +256,7 @@ func (s *Store) listClaimsAt(ctx context.Context, selector string, rev int64, ke
 			bad = append(bad, err)
 		}
 		if keep(c) {
-			s.uids.put(o.Name, c.Revision, o.UID)
+			s.uids.put(o.Metadata.Name, c.Revision, o.Metadata.UID)
 			claims = append(claims, c)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipamkit/ipam/store"
 )
@@ -119,9 +120,25 @@ func newClaimObject(name string, c store.Claim, cursor bool) *claimObject {
 	return o
 }
 
+// storedClaim is what the Store reads of a stored IPClaim: the metadata it
+// uses, and the spec. Decoding into it skips the rest of the metadata
+// (managedFields above all, often half the object), which a watch would
+// otherwise decode for every change, in every Store that follows the pool.
+type storedClaim struct {
+	Metadata storedMeta `json:"metadata"`
+	Spec     claimSpec  `json:"spec"`
+}
+
+type storedMeta struct {
+	Name            string            `json:"name"`
+	ResourceVersion string            `json:"resourceVersion"`
+	UID             types.UID         `json:"uid"`
+	Labels          map[string]string `json:"labels"`
+}
+
 // decodeClaim decodes one IPClaim and checks it (see claim).
-func decodeClaim(raw []byte) (store.Claim, *claimObject, error) {
-	o := &claimObject{}
+func decodeClaim(raw []byte) (store.Claim, *storedClaim, error) {
+	o := &storedClaim{}
 	if err := json.Unmarshal(raw, o); err != nil {
 		var name struct {
 			Metadata struct {
@@ -141,13 +158,13 @@ func decodeClaim(raw []byte) (store.Claim, *claimObject, error) {
 // that is not the one ClaimName gives for spec.pool and spec.ip, a time that
 // is not RFC 3339, an owner without pod UID or container ID, a stable owner
 // without a name.
-func (o *claimObject) claim() (store.Claim, error) {
+func (o *storedClaim) claim() (store.Claim, error) {
 	bad := func(field, value, reason string) (store.Claim, error) {
-		return store.Claim{}, &CorruptError{Name: o.Name, Field: field, Value: value, Reason: reason}
+		return store.Claim{}, &CorruptError{Name: o.Metadata.Name, Field: field, Value: value, Reason: reason}
 	}
-	rev, ok := parseRevision(o.ResourceVersion)
+	rev, ok := parseRevision(o.Metadata.ResourceVersion)
 	if !ok {
-		return bad("metadata.resourceVersion", o.ResourceVersion, "not a positive decimal integer")
+		return bad("metadata.resourceVersion", o.Metadata.ResourceVersion, "not a positive decimal integer")
 	}
 	if o.Spec.Pool == "" {
 		return bad("spec.pool", "", "empty")
@@ -156,8 +173,8 @@ func (o *claimObject) claim() (store.Claim, error) {
 	if err != nil {
 		return bad("spec.ip", o.Spec.IP, "not an IP address")
 	}
-	if want, ok := ClaimName(o.Spec.Pool, ip); !ok || want != o.Name {
-		return bad("metadata.name", o.Name, fmt.Sprintf("not the name of pool %q address %s (%q)", o.Spec.Pool, ip, want))
+	if want, ok := ClaimName(o.Spec.Pool, ip); !ok || want != o.Metadata.Name {
+		return bad("metadata.name", o.Metadata.Name, fmt.Sprintf("not the name of pool %q address %s (%q)", o.Spec.Pool, ip, want))
 	}
 	c := store.Claim{
 		Pool: o.Spec.Pool,
@@ -189,11 +206,11 @@ func (o *claimObject) claim() (store.Claim, error) {
 // checkLabels reports, as a *CorruptError, a label of o that disagrees with
 // the claim it stores: the index a reader found it by would then find it
 // where it does not belong, or miss it where it does.
-func (o *claimObject) checkLabels(c store.Claim) error {
-	want := newClaimObject(o.Name, c, false).Labels
+func (o *storedClaim) checkLabels(c store.Claim) error {
+	want := newClaimObject(o.Metadata.Name, c, false).Labels
 	for _, key := range []string{LabelPool, LabelUID, LabelStable, LabelContainer} {
-		if got := o.Labels[key]; got != want[key] {
-			return &CorruptError{Name: o.Name, Field: "metadata.labels[" + key + "]", Value: got,
+		if got := o.Metadata.Labels[key]; got != want[key] {
+			return &CorruptError{Name: o.Metadata.Name, Field: "metadata.labels[" + key + "]", Value: got,
 				Reason: fmt.Sprintf("does not match the claim (want %q)", want[key])}
 		}
 	}

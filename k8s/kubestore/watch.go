@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -130,10 +131,21 @@ func (s *Store) reset(ctx context.Context, h store.WatchHandler) (string, error)
 	return rv, nil
 }
 
-// watchEvent is one event of a watch stream.
+// watchEvent is one event of a watch stream, decoded in one pass: its
+// object is read as a claim and as the Status of an ERROR event, whose
+// fields a claim does not have; a BOOKMARK's object has only its
+// resourceVersion.
 type watchEvent struct {
-	Type   string          `json:"type"`
-	Object json.RawMessage `json:"object"`
+	Type   string      `json:"type"`
+	Object eventObject `json:"object"`
+}
+
+type eventObject struct {
+	storedClaim
+	Code    int32                 `json:"code"`
+	Reason  metav1.StatusReason   `json:"reason"`
+	Message string                `json:"message"`
+	Details *metav1.StatusDetails `json:"details"`
 }
 
 // follow watches from rv and hands each change to h.Apply until the stream
@@ -159,18 +171,27 @@ func (s *Store) follow(ctx context.Context, h store.WatchHandler, rv string) (st
 	progressed := false
 	for {
 		var e watchEvent
-		if err := dec.Decode(&e); err != nil {
+		err := dec.Decode(&e)
+		// A field of the wrong type spoils only its event: the decoder
+		// has read the whole of it, and goes on with the next.
+		var typeErr *json.UnmarshalTypeError
+		if err != nil && !errors.As(err, &typeErr) {
 			if errors.Is(err, io.EOF) {
 				err = nil
 			}
 			return rv, progressed, err
 		}
 		progressed = true
+		o := &e.Object
 		switch e.Type {
 		case "ADDED", "MODIFIED", "DELETED":
-			c, o, err := decodeClaim(e.Object)
-			if o != nil && o.ResourceVersion != "" {
-				rv = o.ResourceVersion
+			if o.Metadata.ResourceVersion != "" {
+				rv = o.Metadata.ResourceVersion
+			}
+			c, err := o.claim()
+			if typeErr != nil {
+				err = &CorruptError{Name: o.Metadata.Name, Field: strings.TrimPrefix(typeErr.Field, "object."),
+					Value: "a JSON " + typeErr.Value, Reason: "not a " + typeErr.Type.String()}
 			}
 			if err != nil {
 				s.log.Warn("kubestore: watch skips an object that is no valid claim", "event", e.Type, "err", err)
@@ -183,18 +204,15 @@ func (s *Store) follow(ctx context.Context, h store.WatchHandler, rv string) (st
 			}
 			h.Apply(ev)
 		case "BOOKMARK":
-			var m struct {
-				Metadata metav1.ObjectMeta `json:"metadata"`
-			}
-			if err := json.Unmarshal(e.Object, &m); err == nil && m.Metadata.ResourceVersion != "" {
-				rv = m.Metadata.ResourceVersion
+			if v := o.Metadata.ResourceVersion; typeErr == nil && v != "" {
+				rv = v
 				advance(h, rv)
 			}
 		case "ERROR":
-			var st metav1.Status
-			if err := json.Unmarshal(e.Object, &st); err != nil {
-				return rv, progressed, fmt.Errorf("watch error event: %s", truncate(string(e.Object)))
+			if typeErr != nil {
+				return rv, progressed, fmt.Errorf("watch error event that does not decode: %w", typeErr)
 			}
+			st := metav1.Status{Code: o.Code, Reason: o.Reason, Message: o.Message, Details: o.Details}
 			if st.Code == http.StatusGone || st.Reason == metav1.StatusReasonExpired || st.Reason == metav1.StatusReasonGone {
 				return rv, progressed, errGone
 			}

@@ -4,13 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+
+	"github.com/ipamkit/ipam/k8s/kubestore"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -181,3 +189,60 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("the watcher holds %d claims, want 23", len(keys))
 	}
 }
+
+// A watch event whose object has a field of the wrong type, which an API
+// server that checks the CRD's schema never sends, is skipped and logged
+// naming the field, and the events after it still arrive. The server here
+// is a stand-in that serves one list and one watch stream: the real one
+// cannot be made to send such an event.
+func TestWatchEventOfWrongType(t *testing.T) {
+	name, _ := kubestore.ClaimName("blue", netip.MustParseAddr("10.0.0.2"))
+	events := `{"type":"ADDED","object":{"metadata":{"name":"x","resourceVersion":"11"},"spec":{"pool":"blue","ip":7}}}` + "\n" +
+		fmt.Sprintf(`{"type":"ADDED","object":{"apiVersion":"ipam.ipamkit.io/v1alpha1","kind":"IPClaim",`+
+			`"metadata":{"name":%q,"resourceVersion":"12","managedFields":[{"manager":"m","operation":"Update","time":"2024-05-01T12:00:00Z"}]},`+
+			`"spec":{"pool":"blue","ip":"10.0.0.2","owner":{"uid":"u2"}}}}`, name) + "\n"
+	var watches atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") != "true" {
+			fmt.Fprint(w, `{"kind":"IPClaimList","apiVersion":"ipam.ipamkit.io/v1alpha1","metadata":{"resourceVersion":"10"},"items":[]}`)
+			return
+		}
+		if watches.Add(1) == 1 {
+			fmt.Fprint(w, events)
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	var logged strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	s, err := kubestore.New(&rest.Config{Host: srv.URL}, kubestore.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newView()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Watch(ctx, v) }()
+	v.waitFor(t, "after the two events", map[string]int64{"blue/10.0.0.2": 12})
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "spec.ip") || !strings.Contains(logged.String(), `\"x\"`) {
+		t.Errorf("the log does not name the object and its bad field:\n%s", logged.String())
+	}
+	if n := watches.Load(); n != 1 {
+		t.Errorf("the Store watched %d times, want once: the bad event broke the stream", n)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
