@@ -487,12 +487,19 @@ func (a *Allocator) heldInstead(ctx context.Context, t *task, hs *holdings) (boo
 
 // elsewhere returns the name of another pool that holds a claim of c's
 // address, if the PoolSource may change (a Catalog's pools never overlap)
-// and the Store can say (store.AddressReader).
+// and the Store can say (store.AddressReader): every claim written before
+// c, which store.AddressClaimsAtLeast gives from a cache when it can.
 func (a *Allocator) elsewhere(ctx context.Context, c store.Claim) (string, error) {
 	if a.static || a.addrs == nil {
 		return "", nil
 	}
-	cs, err := a.addrs.AddressClaims(ctx, c.IP)
+	var cs []store.Claim
+	var err error
+	if at, ok := a.addrs.(store.AddressClaimsAtLeast); ok {
+		cs, err = at.AddressClaimsAtLeast(ctx, c.IP, c.Revision)
+	} else {
+		cs, err = a.addrs.AddressClaims(ctx, c.IP)
+	}
 	if err != nil {
 		return "", err
 	}

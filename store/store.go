@@ -245,3 +245,15 @@ type AddressReader interface {
 	// particular order, as current as Get.
 	AddressClaims(ctx context.Context, ip netip.Addr) ([]Claim, error)
 }
+
+// AddressClaimsAtLeast is an optional capability of an AddressReader whose
+// revisions order every write of the backend, as OwnedAtLeast is of an
+// owner's claims: AddressClaims reflecting at least every write up to
+// revision rev, which may be served from a cache that has caught up that
+// far. The Allocator's check after its create needs every write up to its
+// own, not later ones.
+type AddressClaimsAtLeast interface {
+	// AddressClaimsAtLeast returns what AddressClaims(ctx, ip) would have
+	// returned at some moment after the write of revision rev.
+	AddressClaimsAtLeast(ctx context.Context, ip netip.Addr, rev int64) ([]Claim, error)
+}

@@ -20,7 +20,8 @@
 // real name is always in spec.pool. The objects are cluster-scoped because
 // names are unique only within one scope.
 //
-// Labels find a pool's claims (LabelPool) and an owner's, by each of its
+// Labels find a pool's claims (LabelPool), an address's claims in every pool
+// (LabelIP, for store.AddressReader) and an owner's, by each of its
 // identities: pod UID (LabelUID), a stable owner's namespace and name
 // (LabelStable) and container ID (LabelContainer). A value that is not a
 // valid label value (container IDs are 64 hex digits, over the limit of 63)
@@ -52,15 +53,15 @@
 //
 // Every answer that decides ownership reflects every write completed before
 // the call, through any client. Get reads the object from etcd (a quorum
-// read). List, Owned and Cursor make consistent lists with a label selector,
+// read). List, Owned, AddressClaims and Cursor make consistent lists with a label selector,
 // which the API server serves from its watch cache once the cache has caught
 // up with etcd's current revision (consistent reads from cache, KEP-2340, GA
 // in Kubernetes 1.34).
 //
-// OwnedAtLeast, which an Allocator asks after its own create, needs less:
-// every write up to the create's revision. While a Watch of the Store runs
-// (Allocator.Follow keeps one), the Store keeps what the watch reported,
-// indexed by owner, and answers from it without a request as soon as the
+// OwnedAtLeast and AddressClaimsAtLeast, which an Allocator asks after its
+// own create, need less: every write up to the create's revision. While a
+// Watch of the Store runs (Allocator.Follow keeps one), the Store keeps what
+// the watch reported, indexed by owner and by address, and answers from it without a request as soon as the
 // watch has brought that revision: its events come in revision order.
 // Without a running Watch, it lists with resourceVersionMatch NotOlderThan,
 // which the API server's cache serves as soon as it holds the revision.

@@ -35,12 +35,14 @@ var ErrUnavailable = kubeerr.ErrUnavailable
 
 // Compile-time checks that *Store provides the contract and its capabilities.
 var (
-	_ store.Store            = (*Store)(nil)
-	_ store.Cursors          = (*Store)(nil)
-	_ store.CursorCreator    = (*Store)(nil)
-	_ store.Watcher          = (*Store)(nil)
-	_ store.OwnedAtLeast     = (*Store)(nil)
-	_ store.OrderedRevisions = (*Store)(nil)
+	_ store.Store                = (*Store)(nil)
+	_ store.Cursors              = (*Store)(nil)
+	_ store.CursorCreator        = (*Store)(nil)
+	_ store.Watcher              = (*Store)(nil)
+	_ store.OwnedAtLeast         = (*Store)(nil)
+	_ store.AddressReader        = (*Store)(nil)
+	_ store.AddressClaimsAtLeast = (*Store)(nil)
+	_ store.OrderedRevisions     = (*Store)(nil)
 )
 
 // Options configure a Store. The zero Options are the usual ones.
@@ -202,6 +204,46 @@ func (s *Store) owned(ctx context.Context, q store.OwnerQuery, rev int64) ([]sto
 	claims, err := s.listClaimsAt(ctx, ownerSelector(q), rev, q.Matches)
 	if err != nil && !errors.Is(err, store.ErrCorrupt) {
 		return nil, s.fail(ctx, "owned", q.String(), "", err)
+	}
+	if claims == nil {
+		claims = []store.Claim{}
+	}
+	return claims, err
+}
+
+// AddressClaims returns the claims of ip in every pool, from a consistent
+// list (see List) of the IPClaims labelled with the address (LabelIP).
+// Objects so labelled that are no valid claims are left out, and reported
+// as List reports them.
+func (s *Store) AddressClaims(ctx context.Context, ip netip.Addr) ([]store.Claim, error) {
+	return s.addressClaims(ctx, ip, 0)
+}
+
+// AddressClaimsAtLeast returns the claims of ip as they were at some moment
+// after the write of revision rev, a revision this Store returned: from what
+// a running Watch has reported, or a list not older than rev, as
+// OwnedAtLeast does.
+func (s *Store) AddressClaimsAtLeast(ctx context.Context, ip netip.Addr, rev int64) ([]store.Claim, error) {
+	if rev > 0 && ip.IsValid() {
+		if claims, ok := s.view.addressClaims(ctx, ip, rev); ok {
+			return claims, nil
+		}
+	}
+	return s.addressClaims(ctx, ip, rev)
+}
+
+// addressClaims is AddressClaims with a consistent list (rev <= 0),
+// AddressClaimsAtLeast with a list not older than rev.
+func (s *Store) addressClaims(ctx context.Context, ip netip.Addr, rev int64) ([]store.Claim, error) {
+	if !ip.IsValid() {
+		return nil, fmt.Errorf("kubestore: claims of address %s: %w", ip, errNoName)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("kubestore: claims of address %s: %w", ip, err)
+	}
+	claims, err := s.listClaimsAt(ctx, LabelIP+"="+ipValue(ip), rev, func(c store.Claim) bool { return c.IP == ip })
+	if err != nil && !errors.Is(err, store.ErrCorrupt) {
+		return nil, s.fail(ctx, "claims of address", ip.String(), "", err)
 	}
 	if claims == nil {
 		claims = []store.Claim{}

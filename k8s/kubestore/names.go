@@ -20,6 +20,10 @@ const (
 	LabelStable = Group + "/stable"
 	// LabelContainer holds the owner's container ID, when it has one.
 	LabelContainer = Group + "/container"
+	// LabelIP holds the claim's address, so that its claims in every pool
+	// are found at once (AddressClaims): the address's bytes in lower-case
+	// hex, 8 digits for IPv4 and 32 for IPv6.
+	LabelIP = Group + "/ip"
 	// LabelCursor marks a claim made by CreateAndSetCursor: the newest such
 	// claim of a pool is where its cursor points, unless SetCursor moved it
 	// later.
@@ -109,6 +113,16 @@ func labelValue(s string) string {
 		return s
 	}
 	return hash(s)
+}
+
+// ipValue is the LabelIP value of ip.
+func ipValue(ip netip.Addr) string {
+	if ip.Is4() {
+		a := ip.As4()
+		return hex.EncodeToString(a[:])
+	}
+	a := ip.As16()
+	return hex.EncodeToString(a[:])
 }
 
 // stableValue is the LabelStable value of a stable owner.

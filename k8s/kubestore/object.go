@@ -85,7 +85,7 @@ func (e *CorruptError) Unwrap() error { return store.ErrCorrupt }
 // It carries no resourceVersion: a create must not (the API server refuses
 // it), and Update sets one.
 func newClaimObject(name string, c store.Claim, cursor bool) *claimObject {
-	labels := map[string]string{LabelPool: labelValue(c.Pool)}
+	labels := map[string]string{LabelPool: labelValue(c.Pool), LabelIP: ipValue(c.IP)}
 	if c.Owner.UID != "" {
 		labels[LabelUID] = labelValue(c.Owner.UID)
 	}
@@ -208,7 +208,7 @@ func (o *storedClaim) claim() (store.Claim, error) {
 // where it does not belong, or miss it where it does.
 func (o *storedClaim) checkLabels(c store.Claim) error {
 	want := newClaimObject(o.Metadata.Name, c, false).Labels
-	for _, key := range []string{LabelPool, LabelUID, LabelStable, LabelContainer} {
+	for _, key := range []string{LabelPool, LabelIP, LabelUID, LabelStable, LabelContainer} {
 		if got := o.Metadata.Labels[key]; got != want[key] {
 			return &CorruptError{Name: o.Metadata.Name, Field: "metadata.labels[" + key + "]", Value: got,
 				Reason: fmt.Sprintf("does not match the claim (want %q)", want[key])}

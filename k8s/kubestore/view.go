@@ -2,6 +2,7 @@ package kubestore
 
 import (
 	"context"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -14,9 +15,9 @@ import (
 const viewWait = 500 * time.Millisecond
 
 // view is what a running Watch of the Store has reported: every valid
-// claim, indexed by owner identity, complete up to revision rev (the
+// claim, indexed by owner identity and by address, complete up to revision rev (the
 // watch's events come in revision order). OwnedAtLeast answers from it
-// without a request while a Watch runs, as Allocator.Follow keeps one.
+// (and AddressClaimsAtLeast) without a request while a Watch runs, as Allocator.Follow keeps one.
 // Only the first of the Store's running Watches feeds it.
 type view struct {
 	mu      sync.Mutex
@@ -25,6 +26,7 @@ type view struct {
 	rev     int64 // every write up to rev is in the view
 	claims  map[string]store.Claim
 	byID    map[store.OwnerQuery]map[string]struct{} // identity (no interface) → claim keys
+	byIP    map[netip.Addr]map[string]struct{}       // address → claim keys
 	changed chan struct{}                            // closed when rev advances
 }
 
@@ -44,7 +46,7 @@ func (v *view) feed() bool {
 func (v *view) stop() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.fed, v.synced, v.rev, v.claims, v.byID = false, false, 0, nil, nil
+	v.fed, v.synced, v.rev, v.claims, v.byID, v.byIP = false, false, 0, nil, nil, nil
 	v.advanced()
 }
 
@@ -63,6 +65,7 @@ func (v *view) reset(claims []store.Claim, rev int64) {
 	defer v.mu.Unlock()
 	v.claims = make(map[string]store.Claim, len(claims))
 	v.byID = make(map[store.OwnerQuery]map[string]struct{}, len(claims))
+	v.byIP = make(map[netip.Addr]map[string]struct{}, len(claims))
 	for _, c := range claims {
 		v.put(c)
 	}
@@ -104,12 +107,26 @@ func (v *view) put(c store.Claim) {
 	k := c.Key()
 	v.claims[k] = c
 	for q := range c.Owner.Identities {
-		set := v.byID[q]
-		if set == nil {
-			set = map[string]struct{}{}
-			v.byID[q] = set
-		}
-		set[k] = struct{}{}
+		addKey(v.byID, q, k)
+	}
+	addKey(v.byIP, c.IP, k)
+}
+
+// addKey adds claim key k to the set of index under x.
+func addKey[X comparable](index map[X]map[string]struct{}, x X, k string) {
+	set := index[x]
+	if set == nil {
+		set = map[string]struct{}{}
+		index[x] = set
+	}
+	set[k] = struct{}{}
+}
+
+// dropKey removes claim key k from the set of index under x.
+func dropKey[X comparable](index map[X]map[string]struct{}, x X, k string) {
+	delete(index[x], k)
+	if len(index[x]) == 0 {
+		delete(index, x)
 	}
 }
 
@@ -120,17 +137,44 @@ func (v *view) remove(k string) {
 	}
 	delete(v.claims, k)
 	for q := range c.Owner.Identities {
-		delete(v.byID[q], k)
-		if len(v.byID[q]) == 0 {
-			delete(v.byID, q)
-		}
+		dropKey(v.byID, q, k)
 	}
+	dropKey(v.byIP, c.IP, k)
 }
 
 // owned returns the claims q matches once the view is complete up to rev,
 // and true; or false if no Watch feeds the view, or it does not get that
 // far within viewWait or ctx.
 func (v *view) owned(ctx context.Context, q store.OwnerQuery, rev int64) ([]store.Claim, bool) {
+	id := q
+	id.Interface = ""
+	return v.at(ctx, rev, func() []store.Claim {
+		out := []store.Claim{}
+		for k := range v.byID[id] {
+			if c := v.claims[k]; q.Matches(c) {
+				out = append(out, c)
+			}
+		}
+		return out
+	})
+}
+
+// addressClaims returns the claims of ip once the view is complete up to
+// rev, and true; or false, as owned.
+func (v *view) addressClaims(ctx context.Context, ip netip.Addr, rev int64) ([]store.Claim, bool) {
+	return v.at(ctx, rev, func() []store.Claim {
+		out := []store.Claim{}
+		for k := range v.byIP[ip] {
+			out = append(out, v.claims[k])
+		}
+		return out
+	})
+}
+
+// at returns what read finds, called with mu held once the view is complete
+// up to rev, and true; or false if no Watch feeds the view, or it does not
+// get that far within viewWait or ctx.
+func (v *view) at(ctx context.Context, rev int64, read func() []store.Claim) ([]store.Claim, bool) {
 	var timeout <-chan time.Time
 	for {
 		v.mu.Lock()
@@ -139,14 +183,7 @@ func (v *view) owned(ctx context.Context, q store.OwnerQuery, rev int64) ([]stor
 			return nil, false
 		}
 		if v.rev >= rev {
-			id := q
-			id.Interface = ""
-			out := []store.Claim{}
-			for k := range v.byID[id] {
-				if c := v.claims[k]; q.Matches(c) {
-					out = append(out, c)
-				}
-			}
+			out := read()
 			v.mu.Unlock()
 			return out, true
 		}

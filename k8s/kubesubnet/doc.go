@@ -28,13 +28,16 @@
 //
 // A shrink or a deletion first claims, in the allocators' Store
 // (Options.Claims, a kubestore.Store), each address it gives back, so that no
-// allocator takes one in the meantime. Those of a shrink stay (on a Store
-// without store.AddressReader, as kubestore is) until the pool grows onto
-// them again or goes: an agent whose informer has not yet seen the shrink
-// finds them taken. Those of a deletion go with the pool, so an agent that
-// has not yet seen the deletion could, for the few milliseconds its informer
-// lags, claim an address of the deleted pool for a pod of the deleted
-// application while another pool is given it.
+// allocator takes one in the meantime. Those of a shrink go once the new
+// definition is published (on a Store without store.AddressReader they
+// would stay until the pool grows onto them again or goes). Those of a
+// deletion go with the pool. An agent whose informer has not yet seen a
+// shrink or a deletion may still claim such an address in the old pool for
+// the few milliseconds its informer lags; every Allocator on a PoolSource
+// that is not a Catalog checks each new claim against the address's claims
+// in every pool (kubestore's AddressClaimsAtLeast, from its watch when it
+// follows one), so of two claims of one address in two pools the later one
+// is given back.
 //
 // No object holds every pool's addresses: each SpiderIPPool holds its own,
 // and a subnet's free addresses are kept by the Runner in memory, read again
