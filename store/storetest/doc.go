@@ -139,6 +139,10 @@
 //   - AddressClaims: only if the Store implements store.AddressReader: the
 //     claims of one address in two pools, and no other, through another
 //     instance; an Update and a Delete are seen; the zero address fails.
+//   - AddressClaimsAtLeast: only if the Store implements
+//     store.AddressClaimsAtLeast: right after each Create and Update of one
+//     address through another instance, asked at that write's revision, it
+//     has the write.
 //
 // RunConfig runs the suite for a Store that keeps less than a whole Owner:
 // with Config.ContainerOwners (host-local's format), the suite's owners have

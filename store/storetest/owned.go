@@ -724,3 +724,40 @@ func testAddressClaims(t *testing.T, x *suite) {
 		}
 	})
 }
+
+func testAddressClaimsAtLeast(t *testing.T, x *suite) {
+	s1, s2 := x.open(), x.open()
+	at, ok := s1.(store.AddressClaimsAtLeast)
+	if !ok {
+		t.Skip("the Store does not implement store.AddressClaimsAtLeast")
+	}
+	ctx := t.Context()
+	ip := netip.MustParseAddr("10.0.0.1")
+	want := func(what string, rev int64, claims ...store.Claim) {
+		t.Helper()
+		got, err := at.AddressClaimsAtLeast(ctx, ip, rev)
+		if err != nil {
+			t.Fatalf("AddressClaimsAtLeast(%s, %d) after %s: %v", ip, rev, what, err)
+		}
+		if claims == nil {
+			claims = []store.Claim{}
+		}
+		if got == nil {
+			got = []store.Claim{}
+		}
+		if diff := cmp.Diff(claims, got, cmpClaim, sortClaims); diff != "" {
+			t.Fatalf("AddressClaimsAtLeast(%s, %d) after %s (-want +got):\n%s", ip, rev, what, diff)
+		}
+	}
+	a := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "a"))
+	want("a create", a.Revision, a)
+	b := mustCreate(t, s2, x.claim("blue-2", "10.0.0.1", "b"))
+	want("a create in another pool", b.Revision, a, b)
+	moved := b
+	moved.Owner = x.owner("e")
+	moved, err := s2.Update(ctx, moved, b.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want("an update", moved.Revision, a, moved)
+}

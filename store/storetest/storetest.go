@@ -86,6 +86,7 @@ var checks = []struct {
 	{"PoolVersion", testPoolVersion},
 	{"RevisionsOrdered", testRevisionsOrdered},
 	{"AddressClaims", testAddressClaims},
+	{"AddressClaimsAtLeast", testAddressClaimsAtLeast},
 }
 
 // claimTime is the time of the suite's claims: fixed, far from now (so a store
