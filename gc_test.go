@@ -1201,3 +1201,29 @@ func TestCollectGarbageRejectsBadInput(t *testing.T) {
 	require.ErrorIs(t, err, ipam.ErrInvalid)
 	require.Contains(t, heldBy(t, a), ip, "nothing is released on bad input")
 }
+
+// A claim of a pool that the PoolSource no longer has (a deleted
+// SpiderIPPool) is collected when its pod is gone: Claims lists every claim
+// the Store holds (store.ClaimLister), not only those of the source's pools.
+// Before, such a claim held its address for good, in every pool, since a
+// pool redefined onto it finds it through store.AddressReader.
+func TestCollectGarbageDeletedPool(t *testing.T) {
+	ctx := context.Background()
+	src := newChangingSource(`{"name":"p","ranges":[{"subnet":"10.0.0.0/29"}]}`)
+	st := memstore.New()
+	a := mustAllocator(t, src, st)
+	ip := gcAllocate(t, a, "gone", "u1")
+	src.mu.Lock()
+	src.pools = nil
+	src.mu.Unlock()
+	src.set(`{"name":"q","ranges":[{"subnet":"10.0.0.0/29"}]}`)
+	snap, err := ipam.NewGCSnapshot(gcBase, nil, nil)
+	require.NoError(t, err)
+	ds, err := a.CollectGarbage(ctx, snap, gcBase, ipam.GCOptions{})
+	require.NoError(t, err)
+	require.Len(t, ds, 1, "decisions: %v", ds)
+	require.True(t, ds[0].Applied, "decision: %+v", ds[0])
+	left, err := st.AddressClaims(ctx, ip)
+	require.NoError(t, err)
+	require.Empty(t, left, "claims of %s after the collection", ip)
+}

@@ -170,11 +170,24 @@ func (a *Allocator) learnt(pool string, ip netip.Addr) {
 }
 
 // Claims lists every claim of every pool of the PoolSource, as the Store has
-// them now, sorted by pool and address. It is what a garbage collector
-// inspects before deciding (see ReleaseClaim).
+// them now, sorted by pool and address; from a Store that can list them all
+// (store.ClaimLister), those of pools the PoolSource no longer has too. It is
+// what a garbage collector inspects before deciding (see ReleaseClaim).
 func (a *Allocator) Claims(ctx context.Context) ([]store.Claim, error) {
 	if ctx == nil {
 		return nil, errNilContext
+	}
+	if l, ok := a.store.(store.ClaimLister); ok {
+		out, err := l.ListAll(ctx)
+		if err != nil && errors.Is(err, store.ErrCorrupt) {
+			a.log.Warn("ipam: unreadable claims left out", "err", err)
+			err = nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing every claim: %w", err)
+		}
+		slices.SortFunc(out, compareClaims)
+		return out, nil
 	}
 	var out []store.Claim
 	for p := range a.source.Pools() {

@@ -246,6 +246,18 @@ type AddressReader interface {
 	AddressClaims(ctx context.Context, ip netip.Addr) ([]Claim, error)
 }
 
+// ClaimLister is an optional Store capability: every claim the Store holds,
+// in every pool, those of pools that no PoolSource names any more included
+// (a deleted SpiderIPPool's, a pool dropped from a configuration).
+// Allocator.Claims, and so garbage collection, lists with it, so that such
+// claims are found and released instead of holding their addresses for good,
+// which an AddressReader makes them do in every pool.
+type ClaimLister interface {
+	// ListAll returns every claim, in no particular order. Claims it cannot
+	// read are left out and reported as List reports them.
+	ListAll(ctx context.Context) ([]Claim, error)
+}
+
 // AddressClaimsAtLeast is an optional capability of an AddressReader whose
 // revisions order every write of the backend, as OwnedAtLeast is of an
 // owner's claims: AddressClaims reflecting at least every write up to

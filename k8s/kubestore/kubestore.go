@@ -41,6 +41,7 @@ var (
 	_ store.Watcher              = (*Store)(nil)
 	_ store.OwnedAtLeast         = (*Store)(nil)
 	_ store.AddressReader        = (*Store)(nil)
+	_ store.ClaimLister          = (*Store)(nil)
 	_ store.AddressClaimsAtLeast = (*Store)(nil)
 	_ store.OrderedRevisions     = (*Store)(nil)
 )
@@ -148,6 +149,22 @@ func (s *Store) List(ctx context.Context, pool string) ([]store.Claim, error) {
 	claims, err := s.listClaims(ctx, LabelPool+"="+labelValue(pool), func(c store.Claim) bool { return c.Pool == pool })
 	if err != nil && !errors.Is(err, store.ErrCorrupt) {
 		return nil, s.fail(ctx, "list", pool, "", err)
+	}
+	if claims == nil {
+		claims = []store.Claim{}
+	}
+	return claims, err
+}
+
+// ListAll returns every claim, of every pool, from a consistent list of
+// every IPClaim (see List).
+func (s *Store) ListAll(ctx context.Context) ([]store.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("kubestore: list every claim: %w", err)
+	}
+	claims, err := s.listClaims(ctx, "", func(store.Claim) bool { return true })
+	if err != nil && !errors.Is(err, store.ErrCorrupt) {
+		return nil, s.fail(ctx, "list", "every claim", "", err)
 	}
 	if claims == nil {
 		claims = []store.Claim{}

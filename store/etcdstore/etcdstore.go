@@ -30,6 +30,7 @@ var (
 	_ store.PoolVersioner    = (*Store)(nil)
 	_ store.OrderedRevisions = (*Store)(nil)
 	_ store.AddressReader    = (*Store)(nil)
+	_ store.ClaimLister      = (*Store)(nil)
 )
 
 // RevisionsOrdered reports true: a claim's Revision is its key's ModRevision,
@@ -295,6 +296,23 @@ func (s *Store) Get(ctx context.Context, pool string, ip netip.Addr) (store.Clai
 	}
 	s.recent.put(key, c)
 	return c, nil
+}
+
+// ListAll returns every claim under the Store's prefix, in every pool, as
+// List reads a pool: in pages, all at one revision.
+func (s *Store) ListAll(ctx context.Context) ([]store.Claim, error) {
+	prefix := s.keys.claimsPrefix()
+	claims, _, err := s.list(ctx, prefix)
+	if err != nil && !errors.Is(err, ErrCorrupt) {
+		return nil, fmt.Errorf("etcdstore: list every claim (keys %q): %w", prefix, err)
+	}
+	if err != nil {
+		err = fmt.Errorf("etcdstore: list every claim: %w", err)
+	}
+	if claims == nil {
+		claims = []store.Claim{}
+	}
+	return claims, err
 }
 
 // List returns every claim of pool, in address order (IPv4 first), in a new

@@ -25,6 +25,7 @@ var (
 	_ store.PoolVersioner    = (*Store)(nil)
 	_ store.OrderedRevisions = (*Store)(nil)
 	_ store.AddressReader    = (*Store)(nil)
+	_ store.ClaimLister      = (*Store)(nil)
 )
 
 // RevisionsOrdered reports true: revisions come from one counter per backend,
@@ -99,6 +100,22 @@ func (s *Store) Get(ctx context.Context, pool string, ip netip.Addr) (store.Clai
 		}
 	}
 	return store.Claim{}, fmt.Errorf("memstore: get %s/%s: %w", pool, ip, store.ErrNotFound)
+}
+
+// ListAll returns every claim of every pool, in no particular order, in a
+// new slice the caller owns; each pool's claims as they were at one moment.
+func (s *Store) ListAll(ctx context.Context) ([]store.Claim, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memstore: list every claim: %w", err)
+	}
+	out := []store.Claim{}
+	s.b.pools.Range(func(_ string, p *poolClaims) bool {
+		p.mu.Lock()
+		out = append(out, p.list()...)
+		p.mu.Unlock()
+		return true
+	})
+	return out, nil
 }
 
 // List returns every claim of pool, in no particular order, in a new slice the

@@ -143,6 +143,9 @@
 //     store.AddressClaimsAtLeast: right after each Create and Update of one
 //     address through another instance, asked at that write's revision, it
 //     has the write.
+//   - ListAll: only if the Store implements store.ClaimLister: every claim
+//     of every pool, both families, made through another instance, and no
+//     deleted one.
 //
 // RunConfig runs the suite for a Store that keeps less than a whole Owner:
 // with Config.ContainerOwners (host-local's format), the suite's owners have

@@ -761,3 +761,26 @@ func testAddressClaimsAtLeast(t *testing.T, x *suite) {
 	}
 	want("an update", moved.Revision, a, moved)
 }
+
+func testListAll(t *testing.T, x *suite) {
+	s1, s2 := x.open(), x.open()
+	l, ok := s1.(store.ClaimLister)
+	if !ok {
+		t.Skip("the Store does not implement store.ClaimLister")
+	}
+	ctx := t.Context()
+	a := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "a"))
+	b := mustCreate(t, s2, x.claim("blue-2", "10.0.0.1", "b"))
+	c := mustCreate(t, s2, x.claim("green", "2001:db8::1", "c"))
+	gone := mustCreate(t, s2, x.claim("blue", "10.0.0.2", "d"))
+	if err := s2.Delete(ctx, gone.Pool, gone.IP, gone.Revision); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.ListAll(ctx)
+	if err != nil {
+		t.Fatalf("ListAll: %v", err)
+	}
+	if diff := cmp.Diff([]store.Claim{a, b, c}, got, cmpClaim, sortClaims); diff != "" {
+		t.Fatalf("ListAll (-want +got):\n%s", diff)
+	}
+}

@@ -87,6 +87,7 @@ var checks = []struct {
 	{"RevisionsOrdered", testRevisionsOrdered},
 	{"AddressClaims", testAddressClaims},
 	{"AddressClaimsAtLeast", testAddressClaimsAtLeast},
+	{"ListAll", testListAll},
 }
 
 // claimTime is the time of the suite's claims: fixed, far from now (so a store
