@@ -1213,10 +1213,8 @@ func TestCollectGarbageDeletedPool(t *testing.T) {
 	st := memstore.New()
 	a := mustAllocator(t, src, st)
 	ip := gcAllocate(t, a, "gone", "u1")
-	src.mu.Lock()
-	src.pools = nil
-	src.mu.Unlock()
-	src.set(`{"name":"q","ranges":[{"subnet":"10.0.0.0/29"}]}`)
+	src.Remove("p")
+	src.Set(ipam.MustParsePool(`{"name":"q","ranges":[{"subnet":"10.0.0.0/29"}]}`))
 	snap, err := ipam.NewGCSnapshot(gcBase, nil, nil)
 	require.NoError(t, err)
 	ds, err := a.CollectGarbage(ctx, snap, gcBase, ipam.GCOptions{})

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"math/rand/v2"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +16,7 @@ import (
 	"go4.org/netipx"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/ipamtest"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"
 )
@@ -25,51 +24,14 @@ import (
 // This file holds the regression tests of issue 12, "many writers, one
 // truth": each case of the issue, on Allocators that share one Store.
 
-// changingSource is a PoolSource that is not a *Catalog: it may hold
-// overlapping pools, and its pools may be redefined at any time.
-type changingSource struct {
-	mu    sync.Mutex
-	pools []*ipam.Pool
-}
-
-func newChangingSource(docs ...string) *changingSource {
-	s := &changingSource{}
+// newChangingSource returns an ipamtest.Source of the pools docs define:
+// a PoolSource that is not a *Catalog, whose pools may overlap and change.
+func newChangingSource(docs ...string) *ipamtest.Source {
+	src := ipamtest.NewSource()
 	for _, d := range docs {
-		s.pools = append(s.pools, ipam.MustParsePool(d))
+		src.Set(ipam.MustParsePool(d))
 	}
-	return s
-}
-
-func (s *changingSource) Pool(name string) (*ipam.Pool, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, p := range s.pools {
-		if p.Name == name {
-			return p, true
-		}
-	}
-	return nil, false
-}
-
-func (s *changingSource) Pools() iter.Seq[*ipam.Pool] {
-	s.mu.Lock()
-	ps := slices.Clone(s.pools)
-	s.mu.Unlock()
-	return slices.Values(ps)
-}
-
-// set replaces (or adds) the pool of doc's name.
-func (s *changingSource) set(doc string) {
-	p := ipam.MustParsePool(doc)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, q := range s.pools {
-		if q.Name == p.Name {
-			s.pools[i] = p
-			return
-		}
-	}
-	s.pools = append(s.pools, p)
+	return src
 }
 
 func mustAllocator(t testing.TB, src ipam.PoolSource, st store.Store) *ipam.Allocator {
@@ -335,14 +297,14 @@ func TestWritersOverlappingPools(t *testing.T) {
 	require.NoError(t, err)
 
 	// b is redefined onto a's addresses.
-	src.set(`{"name":"b","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.11"]}`)
+	src.Set(ipam.MustParsePool(`{"name":"b","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.11"]}`))
 	_, err = al.Allocate(ctx, onPool("u3", "eth0", "b"))
 	require.ErrorIs(t, err, ipam.ErrOverlap)
 	require.ErrorContains(t, err, `pool "b" overlaps pool "a" at 10.0.0.10-10.0.0.11`)
 
 	// Selected: the overlapping pool is filtered with its reason in the
 	// trace, and the next candidate serves.
-	src.set(`{"name":"c","subnet":"10.2.0.0/24","ips":["10.2.0.10"]}`)
+	src.Set(ipam.MustParsePool(`{"name":"c","subnet":"10.2.0.0/24","ips":["10.2.0.10"]}`))
 	res, err := al.Allocate(ctx, ipam.Request{Namespace: "default", Name: "pod-u4", UID: "u4",
 		Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["b","c"]}`}, Interfaces: []ipam.Interface{{Name: "eth0"}}})
 	require.NoError(t, err)
@@ -384,14 +346,14 @@ func TestWritersPoolNoLongerCovers(t *testing.T) {
 	st := memstore.New()
 	for _, stable := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stable=%t", stable), func(t *testing.T) {
-			src.set(`{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.20"]}`)
+			src.Set(ipam.MustParsePool(`{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.20"]}`))
 			al := mustAllocator(t, src, st.Open())
 			req := onPool(fmt.Sprintf("u-%t", stable), "eth0", "p")
 			req.Stable = stable
 			first, err := al.Allocate(ctx, req)
 			require.NoError(t, err)
 			old := first.IPs[0].Address.Addr()
-			src.set(`{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.30-10.0.0.40"]}`)
+			src.Set(ipam.MustParsePool(`{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.30-10.0.0.40"]}`))
 			again, err := al.Allocate(ctx, req)
 			require.NoError(t, err)
 			got := again.IPs[0]
@@ -595,13 +557,13 @@ func TestWritersFullPoolConfirmedByVersion(t *testing.T) {
 // address and the moment the Store creates its claim.
 type shrinkingStore struct {
 	*memstore.Store
-	src  *changingSource
+	src  *ipamtest.Source
 	doc  string
 	once sync.Once
 }
 
 func (s *shrinkingStore) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim, error) {
-	s.once.Do(func() { s.src.set(s.doc) })
+	s.once.Do(func() { s.src.Set(ipam.MustParsePool(s.doc)) })
 	return s.Store.CreateExclusive(ctx, c)
 }
 
@@ -636,7 +598,7 @@ func TestWritersRepeatWithPoolsFiltered(t *testing.T) {
 				Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["p"]}`}, Interfaces: []ipam.Interface{{Name: "eth0"}}}
 			first, err := a.Allocate(ctx, req)
 			require.NoError(t, err)
-			src.set(`{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.20"],"disable":true}`)
+			src.Set(ipam.MustParsePool(`{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.20"],"disable":true}`))
 			again, err := a.Allocate(ctx, req)
 			require.NoError(t, err)
 			require.Equal(t, first.IPs[0].Address, again.IPs[0].Address)

@@ -2,10 +2,7 @@ package ipamtest_test
 
 import (
 	"context"
-	"iter"
 	"net/netip"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,39 +17,6 @@ import (
 // This file holds the regression tests of the Allocator bugs that
 // TestManyWriters found: each is the shortest history of one, found by the
 // seed its comment names (with the options of that time).
-
-// changing is a PoolSource that is not an ipam.Catalog: its pools may be
-// redefined at any time, and may overlap.
-type changing struct {
-	mu    sync.Mutex
-	pools []*ipam.Pool
-}
-
-func newChanging(pools ...*ipam.Pool) *changing { return &changing{pools: pools} }
-
-func (c *changing) Pool(name string) (*ipam.Pool, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	i := slices.IndexFunc(c.pools, func(p *ipam.Pool) bool { return p.Name == name })
-	if i < 0 {
-		return nil, false
-	}
-	return c.pools[i], true
-}
-
-func (c *changing) Pools() iter.Seq[*ipam.Pool] {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Values(slices.Clone(c.pools))
-}
-
-// set replaces the pool of p's name.
-func (c *changing) set(p *ipam.Pool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	i := slices.IndexFunc(c.pools, func(q *ipam.Pool) bool { return q.Name == p.Name })
-	c.pools[i] = p
-}
 
 func allocator(t *testing.T, src ipam.PoolSource, st store.Store, quarantine time.Duration) *ipam.Allocator {
 	t.Helper()
@@ -83,25 +47,25 @@ func TestWritersRepeatWhenNoPoolIsLeft(t *testing.T) {
 	ctx := context.Background()
 	for _, st := range []store.Store{memstore.New(), plain(memstore.New())} {
 		t.Run("selected, disabled/"+storeKind(st), func(t *testing.T) {
-			src := newChanging(ipamtest.V4Pool("a", "10.0.0.0/24", ipamtest.Default()))
+			src := ipamtest.NewSource(ipamtest.V4Pool("a", "10.0.0.0/24", ipamtest.Default()))
 			al := allocator(t, src, st, 0)
 			req := ipamtest.NewPod("default", "web").Request()
 			held := ipOf(t)(al.AllocateAt(ctx, req, t0))
-			src.set(ipamtest.V4Pool("a", "10.0.0.0/24", ipamtest.Default(), ipamtest.Disabled()))
+			src.Set(ipamtest.V4Pool("a", "10.0.0.0/24", ipamtest.Default(), ipamtest.Disabled()))
 			res, err := al.AllocateAt(ctx, req, t0.Add(time.Second))
 			require.NoError(t, err, "a repeated ADD must return the address the pod holds")
 			require.Equal(t, held.String(), res.IPs[0].Address.Addr().String())
 			require.True(t, res.IPs[0].Reused)
 		})
 		t.Run("named, refused/"+storeKind(st), func(t *testing.T) {
-			src := newChanging(
+			src := ipamtest.NewSource(
 				ipamtest.V4Pool("a", "10.0.0.0/24", ipamtest.Span("10.0.0.10", "10.0.0.19")),
 				ipamtest.V4Pool("b", "10.1.0.0/24", ipamtest.Span("10.1.0.10", "10.1.0.19")))
 			al := allocator(t, src, st, 0)
 			req := ipamtest.NewPod("default", "web").Interface("eth0", "a").Request()
 			held := ipOf(t)(al.AllocateAt(ctx, req, t0))
 			// b moves onto a's addresses: a fresh Allocator refuses both.
-			src.set(ipamtest.V4Pool("b", "10.0.0.0/24", ipamtest.Span("10.0.0.10", "10.0.0.19")))
+			src.Set(ipamtest.V4Pool("b", "10.0.0.0/24", ipamtest.Span("10.0.0.10", "10.0.0.19")))
 			res, err := allocator(t, src, st, 0).AllocateAt(ctx, req, t0.Add(time.Second))
 			require.NoError(t, err, "a repeated ADD must return the address the pod holds")
 			require.Equal(t, held.String(), res.IPs[0].Address.Addr().String())
@@ -196,15 +160,15 @@ func TestWritersSameOwnerRace(t *testing.T) {
 func TestWritersQuarantineAcrossRedefinitions(t *testing.T) {
 	ctx := context.Background()
 	wide := ipamtest.V4Pool("p", "10.0.0.0/24", ipamtest.Span("10.0.0.10", "10.0.0.19"), ipamtest.Strategy(ipam.LowestFree))
-	src := newChanging(wide)
+	src := ipamtest.NewSource(wide)
 	al := allocator(t, src, memstore.New(), time.Minute)
 	w := ipamtest.NewPod("default", "w").Interface("eth0", "p")
 	q := ipOf(t)(al.AllocateAt(ctx, w.Request(), t0))
-	src.set(ipamtest.V4Pool("p", "10.0.0.0/24", ipamtest.Span("10.0.0.12", "10.0.0.19"), ipamtest.Strategy(ipam.LowestFree)))
+	src.Set(ipamtest.V4Pool("p", "10.0.0.0/24", ipamtest.Span("10.0.0.12", "10.0.0.19"), ipamtest.Strategy(ipam.LowestFree)))
 	_, err := al.AllocateAt(ctx, ipamtest.NewPod("default", "x").Interface("eth0", "p").Request(), t0) // the Allocator uses the new definition
 	require.NoError(t, err)
 	require.NoError(t, al.ReleaseAt(ctx, w.Owner(), t0))
-	src.set(wide)
+	src.Set(wide)
 	got := ipOf(t)(al.AllocateAt(ctx, ipamtest.NewPod("default", "v").Interface("eth0", "p").Request(), t0.Add(time.Second)))
 	require.NotEqual(t, q.String(), got.String(), "%s was released by this Allocator 1s ago, within its quarantine of 1m", q)
 }
@@ -219,14 +183,14 @@ func TestWritersQuarantineAcrossRedefinitions(t *testing.T) {
 // addresses, refused; then a moved away).
 func TestWritersAddressInTwoPools(t *testing.T) {
 	ctx := context.Background()
-	src := newChanging(
+	src := ipamtest.NewSource(
 		ipamtest.V4Pool("a", "10.0.0.0/24", ipamtest.Span("10.0.0.10", "10.0.0.11")),
 		ipamtest.V4Pool("b", "10.1.0.0/24", ipamtest.Span("10.1.0.10", "10.1.0.11")))
 	st := memstore.New()
 	al := allocator(t, src, st, 0)
 	x := ipOf(t)(al.AllocateAt(ctx, ipamtest.NewPod("default", "x").Interface("eth0", "a").Request(), t0))
-	src.set(ipamtest.V4Pool("a", "10.2.0.0/24", ipamtest.Span("10.2.0.10", "10.2.0.11")))
-	src.set(ipamtest.V4Pool("b", "10.0.0.0/24", ipamtest.Span("10.0.0.10", "10.0.0.11")))
+	src.Set(ipamtest.V4Pool("a", "10.2.0.0/24", ipamtest.Span("10.2.0.10", "10.2.0.11")))
+	src.Set(ipamtest.V4Pool("b", "10.0.0.0/24", ipamtest.Span("10.0.0.10", "10.0.0.11")))
 	for _, name := range []string{"y", "z"} {
 		res, err := allocator(t, src, st.Open(), 0).AllocateAt(ctx, ipamtest.NewPod("default", name).Interface("eth0", "b").Request(), t0)
 		if err == nil {
@@ -245,7 +209,7 @@ func TestWritersAddressInTwoPools(t *testing.T) {
 // the next. TestManyWriters seeds 203 and 733 ran into it.
 func TestWritersLegacyClaimReleased(t *testing.T) {
 	ctx := context.Background()
-	src := newChanging(
+	src := ipamtest.NewSource(
 		ipamtest.V4Pool("p", "10.0.0.0/24", ipamtest.Span("10.0.0.10", "10.0.0.19")),
 		ipamtest.V4Pool("q", "10.1.0.0/24", ipamtest.Span("10.1.0.10", "10.1.0.19")))
 	st := memstore.New()
@@ -258,7 +222,7 @@ func TestWritersLegacyClaimReleased(t *testing.T) {
 		require.NoError(t, err)
 	}
 	// p no longer covers the legacy claim in it: that one is replaced.
-	src.set(ipamtest.V4Pool("p", "10.0.0.0/24", ipamtest.Span("10.0.0.11", "10.0.0.19")))
+	src.Set(ipamtest.V4Pool("p", "10.0.0.0/24", ipamtest.Span("10.0.0.11", "10.0.0.19")))
 	al := allocator(t, src, st, 0)
 	req := ipam.Request{ContainerID: "c1", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p", "q"}}}}
 	_, err := al.AllocateAt(ctx, req, t0)

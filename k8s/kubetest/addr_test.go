@@ -2,44 +2,12 @@ package kubetest_test
 
 import (
 	"context"
-	"iter"
 	"net/netip"
-	"slices"
-	"sync"
 	"testing"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/ipamtest"
 )
-
-// changingPools is a PoolSource whose pools are redefined while Allocators
-// use them, as SpiderIPPools are: not a Catalog, so Allocators check each
-// new claim's address against the other pools.
-type changingPools struct {
-	mu    sync.Mutex
-	pools []*ipam.Pool
-}
-
-func (c *changingPools) Pool(name string) (*ipam.Pool, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	i := slices.IndexFunc(c.pools, func(p *ipam.Pool) bool { return p.Name == name })
-	if i < 0 {
-		return nil, false
-	}
-	return c.pools[i], true
-}
-
-func (c *changingPools) Pools() iter.Seq[*ipam.Pool] {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Values(slices.Clone(c.pools))
-}
-
-func (c *changingPools) set(p *ipam.Pool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.pools[slices.IndexFunc(c.pools, func(q *ipam.Pool) bool { return q.Name == p.Name })] = p
-}
 
 func spanPool(name, subnet, first, last string) *ipam.Pool {
 	return &ipam.Pool{Name: name, Ranges: []ipam.Range{{Subnet: netip.MustParsePrefix(subnet),
@@ -54,10 +22,9 @@ func spanPool(name, subnet, first, last string) *ipam.Pool {
 func TestAddressInTwoPools(t *testing.T) {
 	emptyBackend(t)
 	ctx := t.Context()
-	src := &changingPools{pools: []*ipam.Pool{
+	src := ipamtest.NewSource(
 		spanPool("a2p-a", "10.98.0.0/24", "10.98.0.10", "10.98.0.11"),
-		spanPool("a2p-b", "10.98.1.0/24", "10.98.1.10", "10.98.1.11"),
-	}}
+		spanPool("a2p-b", "10.98.1.0/24", "10.98.1.10", "10.98.1.11"))
 	newAllocator := func(follow bool) *ipam.Allocator {
 		a, err := ipam.NewAllocator(ipam.Options{Pools: src, Store: newStore(t)})
 		if err != nil {
@@ -79,8 +46,8 @@ func TestAddressInTwoPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := res.IPs[0].Address.Addr()
-	src.set(spanPool("a2p-a", "10.98.2.0/24", "10.98.2.10", "10.98.2.11"))
-	src.set(spanPool("a2p-b", "10.98.0.0/24", "10.98.0.10", "10.98.0.11"))
+	src.Set(spanPool("a2p-a", "10.98.2.0/24", "10.98.2.10", "10.98.2.11"))
+	src.Set(spanPool("a2p-b", "10.98.0.0/24", "10.98.0.10", "10.98.0.11"))
 	for _, tc := range []struct {
 		pod    string
 		follow bool
