@@ -271,10 +271,7 @@ func testOwnedRace(t *testing.T, x *suite) {
 // exclusive returns the Store's ExclusiveCreator, or skips the check.
 func exclusive(t *testing.T, s store.Store) store.ExclusiveCreator {
 	t.Helper()
-	ec, ok := s.(store.ExclusiveCreator)
-	if !ok {
-		t.Skip("the Store does not implement store.ExclusiveCreator")
-	}
+	ec := capability[store.ExclusiveCreator](t, s)
 	return ec
 }
 
@@ -498,10 +495,7 @@ func (v *watchView) settle(t *testing.T, s store.Store, pools ...string) {
 
 func testWatch(t *testing.T, x *suite) {
 	s1, s2 := x.open(), x.open()
-	w, ok := s1.(store.Watcher)
-	if !ok {
-		t.Skip("the Store does not implement store.Watcher")
-	}
+	w := capability[store.Watcher](t, s1)
 	ctx := t.Context()
 	before := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "a"))
 
@@ -574,10 +568,7 @@ func testWatch(t *testing.T, x *suite) {
 
 func testPoolVersion(t *testing.T, x *suite) {
 	s1, s2 := x.open(), x.open()
-	pv, ok := s1.(store.PoolVersioner)
-	if !ok {
-		t.Skip("the Store does not implement store.PoolVersioner")
-	}
+	pv := capability[store.PoolVersioner](t, s1)
 	ctx := t.Context()
 	version := func() uint64 {
 		t.Helper()
@@ -679,10 +670,7 @@ func testRevisionsOrdered(t *testing.T, x *suite) {
 
 func testAddressClaims(t *testing.T, x *suite) {
 	s1, s2 := x.open(), x.open()
-	ar, ok := s1.(store.AddressReader)
-	if !ok {
-		t.Skip("the Store does not implement store.AddressReader")
-	}
+	ar := capability[store.AddressReader](t, s1)
 	ctx := t.Context()
 	want := func(ip string, claims ...store.Claim) {
 		t.Helper()
@@ -727,10 +715,7 @@ func testAddressClaims(t *testing.T, x *suite) {
 
 func testAddressClaimsAtLeast(t *testing.T, x *suite) {
 	s1, s2 := x.open(), x.open()
-	at, ok := s1.(store.AddressClaimsAtLeast)
-	if !ok {
-		t.Skip("the Store does not implement store.AddressClaimsAtLeast")
-	}
+	at := capability[store.AddressClaimsAtLeast](t, s1)
 	ctx := t.Context()
 	ip := netip.MustParseAddr("10.0.0.1")
 	want := func(what string, rev int64, claims ...store.Claim) {
@@ -764,10 +749,7 @@ func testAddressClaimsAtLeast(t *testing.T, x *suite) {
 
 func testListAll(t *testing.T, x *suite) {
 	s1, s2 := x.open(), x.open()
-	l, ok := s1.(store.ClaimLister)
-	if !ok {
-		t.Skip("the Store does not implement store.ClaimLister")
-	}
+	l := capability[store.ClaimLister](t, s1)
 	ctx := t.Context()
 	a := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "a"))
 	b := mustCreate(t, s2, x.claim("blue-2", "10.0.0.1", "b"))

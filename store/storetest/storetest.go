@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -139,6 +140,17 @@ func (x *suite) owner(id string) store.Owner {
 // claim returns a valid claim of ip in pool, held by x.owner(id).
 func (x *suite) claim(pool, ip, id string) store.Claim {
 	return store.Claim{Pool: pool, IP: netip.MustParseAddr(ip), Owner: x.owner(id), Time: claimTime}
+}
+
+// capability returns s as a T, a capability of the contract, or skips the
+// test if s does not implement it.
+func capability[T any](t *testing.T, s store.Store) T {
+	t.Helper()
+	c, ok := s.(T)
+	if !ok {
+		t.Skipf("%T does not implement %s", s, reflect.TypeFor[T]())
+	}
+	return c
 }
 
 // mustCreate creates c and checks that the returned claim is c with a positive
@@ -728,10 +740,7 @@ func wantCursor(t *testing.T, cs store.Cursors, pool string, want netip.Addr) {
 
 func testCursors(t *testing.T, x *suite) {
 	s := x.open()
-	cs, ok := s.(store.Cursors)
-	if !ok {
-		t.Skipf("%T does not implement store.Cursors", s)
-	}
+	cs := capability[store.Cursors](t, s)
 	set := func(t *testing.T, pool string, ip netip.Addr) {
 		t.Helper()
 		if err := cs.SetCursor(t.Context(), pool, ip); err != nil {
@@ -789,10 +798,7 @@ func mustCreateAndSetCursor(t *testing.T, cc store.CursorCreator, c store.Claim)
 
 func testCreateAndSetCursor(t *testing.T, x *suite) {
 	s := x.open()
-	cc, ok := s.(store.CursorCreator)
-	if !ok {
-		t.Skipf("%T does not implement store.CursorCreator", s)
-	}
+	cc := capability[store.CursorCreator](t, s)
 	ctx := t.Context()
 
 	// A success creates the claim, as Create does, and moves the cursor of its
