@@ -271,6 +271,10 @@ func TestGCRunner(t *testing.T) {
 	c.deletePod("gone")
 	c.deletePod("term")
 	c.deletePod("term-nr")
+	// term-nr is kept as terminating until its delay has passed, and then
+	// for its node (DisableTerminatingOnNotReadyNode); the deletion
+	// timestamp has whole seconds.
+	termNrSettled := time.Now().Add(time.Second + opts.GC.AdditionalGraceDelay + 100*time.Millisecond)
 	c.deletePod("again")
 	claims["again-old"] = claims["again"]
 	claim("again", c.pod(podSpec{name: "again", node: "gc-ready", phase: corev1.PodRunning}))
@@ -357,6 +361,7 @@ func TestGCRunner(t *testing.T) {
 		"db-0": ipam.GCKeepRunning, "fresh": ipam.GCKeepRunning,
 	}
 	got := map[string]ipam.GCReason{}
+	time.Sleep(time.Until(termNrSettled))
 	last := runners[0].CollectAll(ctx)
 	if last.Err != nil {
 		t.Fatal(last.Err)
