@@ -143,33 +143,13 @@ func (s *Store) Get(ctx context.Context, pool string, ip netip.Addr) (store.Clai
 // claims are left out, and reported in an error wrapping store.ErrCorrupt
 // (each a *CorruptError) returned with the claims that could be read.
 func (s *Store) List(ctx context.Context, pool string) ([]store.Claim, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("kubestore: list %s: %w", pool, err)
-	}
-	claims, err := s.listClaims(ctx, LabelPool+"="+labelValue(pool), func(c store.Claim) bool { return c.Pool == pool })
-	if err != nil && !errors.Is(err, store.ErrCorrupt) {
-		return nil, s.fail(ctx, "list", pool, "", err)
-	}
-	if claims == nil {
-		claims = []store.Claim{}
-	}
-	return claims, err
+	return s.claimsBy(ctx, "list", pool, LabelPool+"="+labelValue(pool), 0, func(c store.Claim) bool { return c.Pool == pool })
 }
 
 // ListAll returns every claim, of every pool, from a consistent list of
 // every IPClaim (see List).
 func (s *Store) ListAll(ctx context.Context) ([]store.Claim, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("kubestore: list every claim: %w", err)
-	}
-	claims, err := s.listClaims(ctx, "", func(store.Claim) bool { return true })
-	if err != nil && !errors.Is(err, store.ErrCorrupt) {
-		return nil, s.fail(ctx, "list", "every claim", "", err)
-	}
-	if claims == nil {
-		claims = []store.Claim{}
-	}
-	return claims, err
+	return s.claimsBy(ctx, "list", "every claim", "", 0, func(store.Claim) bool { return true })
 }
 
 // Owned returns the claims q matches, from a consistent list of the IPClaims
@@ -215,17 +195,7 @@ func (s *Store) owned(ctx context.Context, q store.OwnerQuery, rev int64) ([]sto
 	if err := q.Validate(); err != nil {
 		return nil, fmt.Errorf("kubestore: %w", err)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("kubestore: owned %s: %w", q, err)
-	}
-	claims, err := s.listClaimsAt(ctx, ownerSelector(q), rev, q.Matches)
-	if err != nil && !errors.Is(err, store.ErrCorrupt) {
-		return nil, s.fail(ctx, "owned", q.String(), "", err)
-	}
-	if claims == nil {
-		claims = []store.Claim{}
-	}
-	return claims, err
+	return s.claimsBy(ctx, "owned", q.String(), ownerSelector(q), rev, q.Matches)
 }
 
 // AddressClaims returns the claims of ip in every pool, from a consistent
@@ -255,12 +225,20 @@ func (s *Store) addressClaims(ctx context.Context, ip netip.Addr, rev int64) ([]
 	if !ip.IsValid() {
 		return nil, fmt.Errorf("kubestore: claims of address %s: %w", ip, errNoName)
 	}
+	return s.claimsBy(ctx, "claims of address", ip.String(), LabelIP+"="+ipValue(ip), rev, func(c store.Claim) bool { return c.IP == ip })
+}
+
+// claimsBy is a read of op (what, for its errors): the claims keep keeps
+// among the IPClaims selector selects, from a list not older than rev, or a
+// consistent one if rev <= 0; never nil. Unreadable objects are reported
+// in an error wrapping store.ErrCorrupt, returned with the others.
+func (s *Store) claimsBy(ctx context.Context, op, what, selector string, rev int64, keep func(store.Claim) bool) ([]store.Claim, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("kubestore: claims of address %s: %w", ip, err)
+		return nil, fmt.Errorf("kubestore: %s %s: %w", op, what, err)
 	}
-	claims, err := s.listClaimsAt(ctx, LabelIP+"="+ipValue(ip), rev, func(c store.Claim) bool { return c.IP == ip })
+	claims, err := s.listClaimsAt(ctx, selector, rev, keep)
 	if err != nil && !errors.Is(err, store.ErrCorrupt) {
-		return nil, s.fail(ctx, "claims of address", ip.String(), "", err)
+		return nil, s.fail(ctx, op, what, "", err)
 	}
 	if claims == nil {
 		claims = []store.Claim{}

@@ -130,10 +130,12 @@ type storedClaim struct {
 }
 
 type storedMeta struct {
-	Name            string            `json:"name"`
-	ResourceVersion string            `json:"resourceVersion"`
-	UID             types.UID         `json:"uid"`
-	Labels          map[string]string `json:"labels"`
+	Name            string    `json:"name"`
+	ResourceVersion string    `json:"resourceVersion"`
+	UID             types.UID `json:"uid"`
+	// Labels are decoded only when checked (checkLabels): a watch, which
+	// decodes every change, has no use for them.
+	Labels json.RawMessage `json:"labels"`
 }
 
 // decodeClaim decodes one IPClaim and checks it (see claim).
@@ -208,8 +210,14 @@ func (o *storedClaim) claim() (store.Claim, error) {
 // where it does not belong, or miss it where it does.
 func (o *storedClaim) checkLabels(c store.Claim) error {
 	want := newClaimObject(o.Metadata.Name, c, false).Labels
+	var labels map[string]string
+	if len(o.Metadata.Labels) > 0 {
+		if err := json.Unmarshal(o.Metadata.Labels, &labels); err != nil {
+			return &CorruptError{Name: o.Metadata.Name, Field: "metadata.labels", Value: truncate(string(o.Metadata.Labels)), Reason: err.Error()}
+		}
+	}
 	for _, key := range []string{LabelPool, LabelIP, LabelUID, LabelStable, LabelContainer} {
-		if got := o.Metadata.Labels[key]; got != want[key] {
+		if got := labels[key]; got != want[key] {
 			return &CorruptError{Name: o.Metadata.Name, Field: "metadata.labels[" + key + "]", Value: got,
 				Reason: fmt.Sprintf("does not match the claim (want %q)", want[key])}
 		}
