@@ -301,18 +301,7 @@ func (s *Store) Get(ctx context.Context, pool string, ip netip.Addr) (store.Clai
 // ListAll returns every claim under the Store's prefix, in every pool, as
 // List reads a pool: in pages, all at one revision.
 func (s *Store) ListAll(ctx context.Context) ([]store.Claim, error) {
-	prefix := s.keys.claimsPrefix()
-	claims, _, err := s.list(ctx, prefix)
-	if err != nil && !errors.Is(err, ErrCorrupt) {
-		return nil, fmt.Errorf("etcdstore: list every claim (keys %q): %w", prefix, err)
-	}
-	if err != nil {
-		err = fmt.Errorf("etcdstore: list every claim: %w", err)
-	}
-	if claims == nil {
-		claims = []store.Claim{}
-	}
-	return claims, err
+	return s.listClaims(ctx, "every claim", s.keys.claimsPrefix())
 }
 
 // List returns every claim of pool, in address order (IPv4 first), in a new
@@ -321,12 +310,19 @@ func (s *Store) ListAll(ctx context.Context) ([]store.Claim, error) {
 // cannot be read, List returns the others with an error that joins a
 // *CorruptError for each.
 func (s *Store) List(ctx context.Context, pool string) ([]store.Claim, error) {
-	claims, _, err := s.list(ctx, s.keys.poolPrefix(pool))
+	return s.listClaims(ctx, pool, s.keys.poolPrefix(pool))
+}
+
+// listClaims is List of what (for its errors), the claim keys under prefix:
+// never nil, and with the keys it cannot read reported in an error wrapping
+// ErrCorrupt, returned with the others.
+func (s *Store) listClaims(ctx context.Context, what, prefix string) ([]store.Claim, error) {
+	claims, _, err := s.list(ctx, prefix)
 	if err != nil && !errors.Is(err, ErrCorrupt) {
-		return nil, fmt.Errorf("etcdstore: list %s (keys %q): %w", pool, s.keys.poolPrefix(pool), err)
+		return nil, fmt.Errorf("etcdstore: list %s (keys %q): %w", what, prefix, err)
 	}
 	if err != nil {
-		err = fmt.Errorf("etcdstore: list %s: %w", pool, err)
+		err = fmt.Errorf("etcdstore: list %s: %w", what, err)
 	}
 	if claims == nil {
 		claims = []store.Claim{}
@@ -694,7 +690,7 @@ func (s *Store) claimsIn(ctx context.Context, pools []string, rev int64, ip neti
 		}
 		if !resp.Succeeded {
 			// A pool has had its first claim since rev.
-			return nil, &poolList{s.poolNames(resp.Responses[0].GetResponseRange().GetKvs()), resp.Header.Revision}, nil
+			return nil, &poolList{s.poolsNamed(resp.Responses[0].GetResponseRange().GetKvs()), resp.Header.Revision}, nil
 		}
 		for i, r := range resp.Responses {
 			for _, kv := range r.GetResponseRange().GetKvs() {
@@ -710,9 +706,9 @@ func (s *Store) claimsIn(ctx context.Context, pools []string, rev int64, ip neti
 	return out, nil, errors.Join(corrupt...)
 }
 
-// poolNames returns the pools named by pool record keys, skipping keys that
+// poolsNamed returns the pools named by pool record keys, skipping keys that
 // name none.
-func (s *Store) poolNames(kvs []*mvccpb.KeyValue) []string {
+func (s *Store) poolsNamed(kvs []*mvccpb.KeyValue) []string {
 	var names []string
 	for _, kv := range kvs {
 		p, err := s.keys.parsePoolKey(string(kv.Key))
