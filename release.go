@@ -178,11 +178,7 @@ func (a *Allocator) Claims(ctx context.Context) ([]store.Claim, error) {
 		return nil, errNilContext
 	}
 	if l, ok := a.store.(store.ClaimLister); ok {
-		out, err := l.ListAll(ctx)
-		if err != nil && errors.Is(err, store.ErrCorrupt) {
-			a.log.Warn("ipam: unreadable claims left out", "err", err)
-			err = nil
-		}
+		out, err := a.readable(l.ListAll(ctx))
 		if err != nil {
 			return nil, fmt.Errorf("listing every claim: %w", err)
 		}
