@@ -2,17 +2,11 @@ package kubetest_test
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/ipamtest"
 )
-
-func spanPool(name, subnet, first, last string) *ipam.Pool {
-	return &ipam.Pool{Name: name, Ranges: []ipam.Range{{Subnet: netip.MustParsePrefix(subnet),
-		Start: netip.MustParseAddr(first), End: netip.MustParseAddr(last)}}}
-}
 
 // A pool redefined onto an address that another pool's claim holds does not
 // hand it out again, through Allocators that follow the Store's watch
@@ -23,8 +17,8 @@ func TestAddressInTwoPools(t *testing.T) {
 	emptyBackend(t)
 	ctx := t.Context()
 	src := ipamtest.NewSource(
-		spanPool("a2p-a", "10.98.0.0/24", "10.98.0.10", "10.98.0.11"),
-		spanPool("a2p-b", "10.98.1.0/24", "10.98.1.10", "10.98.1.11"))
+		ipamtest.V4Pool("a2p-a", "10.98.0.0/24", ipamtest.Span("10.98.0.10", "10.98.0.11")),
+		ipamtest.V4Pool("a2p-b", "10.98.1.0/24", ipamtest.Span("10.98.1.10", "10.98.1.11")))
 	newAllocator := func(follow bool) *ipam.Allocator {
 		a, err := ipam.NewAllocator(ipam.Options{Pools: src, Store: newStore(t)})
 		if err != nil {
@@ -46,8 +40,8 @@ func TestAddressInTwoPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := res.IPs[0].Address.Addr()
-	src.Set(spanPool("a2p-a", "10.98.2.0/24", "10.98.2.10", "10.98.2.11"))
-	src.Set(spanPool("a2p-b", "10.98.0.0/24", "10.98.0.10", "10.98.0.11"))
+	src.Set(ipamtest.V4Pool("a2p-a", "10.98.2.0/24", ipamtest.Span("10.98.2.10", "10.98.2.11")))
+	src.Set(ipamtest.V4Pool("a2p-b", "10.98.0.0/24", ipamtest.Span("10.98.0.10", "10.98.0.11")))
 	for _, tc := range []struct {
 		pod    string
 		follow bool
