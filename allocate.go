@@ -21,7 +21,7 @@ var errNilContext = &FieldError{Object: "call", Field: "ctx", Reason: "nil conte
 
 // Allocate is AllocateAt at time.Now().
 func (a *Allocator) Allocate(ctx context.Context, req Request) (Result, error) {
-	return a.AllocateAt(ctx, req, time.Now())
+	return a.allocate(ctx, &req, time.Now())
 }
 
 // AllocateAt serves every interface of req and records the claims at time now.
@@ -52,21 +52,26 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (Result, error) {
 // (store.PoolVersioner), a version unchanged since the List the Allocator
 // knows the pool from.
 func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) (Result, error) {
+	return a.allocate(ctx, &req, now)
+}
+
+// allocate is AllocateAt with req by reference, which it does not keep or
+// change: a Request is a few hundred bytes, copied once by the exported
+// methods instead of at every call.
+func (a *Allocator) allocate(ctx context.Context, req *Request, now time.Time) (Result, error) {
 	if ctx == nil {
 		return Result{}, errNilContext
 	}
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
-	owner := req.Owner()
-
 	var (
 		selected []Candidates
 		sreq     *Request // a heap copy of req, made only when selecting
 	)
 	if req.selects() {
 		sreq = new(Request)
-		*sreq = req
+		*sreq = *req
 		var err error
 		if selected, err = Select(sreq, a.source); err != nil {
 			return Result{}, err
@@ -104,7 +109,11 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 				return Result{}, poolError(ifc.Name, 0, name, err)
 			}
 			def := idx.def.Load()
-			tasks = append(tasks, task{iface: ifc.Name, idx: idx, pool: def.pool, lay: def.layout, source: SourceRequest})
+			// tasks has room for every task: set the new one in place
+			// rather than copy in a whole task.
+			tasks = tasks[:len(tasks)+1]
+			t := &tasks[len(tasks)-1]
+			t.iface, t.idx, t.pool, t.lay, t.source = ifc.Name, idx, def.pool, def.layout, SourceRequest
 		}
 		if err := placeRequested(ifc, tasks[start:]); err != nil {
 			return Result{}, err
@@ -118,8 +127,8 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 	// when the Store can neither check it as it creates nor settle a create
 	// afterwards cheaply. Otherwise the create comes first, and the Store's
 	// exclusive check, or settle, finds it (see createFirst).
-	hs := &holdings{owner: owner}
-	if !a.createFirst || req.Stable || slices.ContainsFunc(tasks, func(t task) bool { return t.want.IsValid() }) {
+	hs := &holdings{owner: req.Owner()}
+	if !a.createFirst || req.Stable || requests(tasks) {
 		if err := a.readHoldings(ctx, hs); err != nil {
 			return Result{}, &AllocationError{Err: err, Reason: "reading what the owner holds: " + err.Error()}
 		}
@@ -173,12 +182,23 @@ func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) 
 		entries += max(1, len(tasks[i].trace)+len(tasks[i].order))
 	}
 	res := newResult(len(tasks), entries)
+	res.IPs = res.IPs[:len(tasks)]
 	for i := range tasks {
 		t := &tasks[i]
-		res.IPs = append(res.IPs, t.config())
+		t.config(&res.IPs[i])
 		res.Trace = t.appendTrace(res.Trace)
 	}
 	return res, nil
+}
+
+// requests reports whether some task has a requested address.
+func requests(tasks []task) bool {
+	for i := range tasks {
+		if tasks[i].want.IsValid() {
+			return true
+		}
+	}
+	return false
 }
 
 // poolError is the *AllocationError for a pool that cannot be used at all:
@@ -320,7 +340,8 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 				return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
 			}
 		}
-		ip, at, ok := idx.reserve(want, now)
+		var at slot
+		ip, ok := idx.reserve(want, now, &at)
 		if !ok {
 			if want.IsValid() {
 				// The index says taken; the Store decides. If it was released
@@ -362,7 +383,7 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 		}
 		switch {
 		case err == nil:
-			idx.created(ip, at)
+			idx.created(ip, &at)
 			if gone, outside := a.redefinedWithout(ctx, idx, c); gone || outside {
 				// The pool changed while the address was being claimed,
 				// and no longer has it (a shrink gave it back): give the
@@ -417,7 +438,7 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			// The owner holds an address of this family on this interface
 			// (or on none) already: another Allocator served it, or this
 			// is a repeat. Ask what it holds, and reuse what fits.
-			idx.unreserve(ip, at)
+			idx.unreserve(ip, &at)
 			if err := a.readHoldings(ctx, hs); err != nil {
 				return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: "reading what the owner holds: " + err.Error()}
 			}
@@ -430,7 +451,7 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			t.plain = true
 		case errors.Is(err, store.ErrExists):
 			// Our index was stale: the address stays marked used.
-			if misses := idx.taken(ip, at); misses >= probeMisses && !listed && !want.IsValid() {
+			if misses := idx.taken(ip, &at); misses >= probeMisses && !listed && !want.IsValid() {
 				// Probing from the cursor keeps finding used addresses:
 				// learn the whole pool once.
 				listed = true
@@ -442,7 +463,7 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 				return a.unavailable(ctx, t, hs, idx, want)
 			}
 		default:
-			idx.unreserve(ip, at)
+			idx.unreserve(ip, &at)
 			return &AllocationError{Interface: t.iface, Pool: idx.name, IP: ip, Err: err, Reason: "store: " + err.Error()}
 		}
 	}
@@ -689,32 +710,26 @@ func (t *task) ownerName(o store.Owner) string {
 	return o.String()
 }
 
-func (t *task) config() IPConfig {
-	var r Range
+// config sets c, which is zero, to t's address as a Result carries it.
+func (t *task) config(c *IPConfig) {
+	r := &Range{}
 	if t.rng > 0 {
-		r = t.lay.ranges[t.rng-1]
+		r = &t.lay.ranges[t.rng-1]
 	} else if si, ok := t.lay.segAt(t.ip); ok {
-		r = t.lay.ranges[t.lay.segs[si].rng]
+		r = &t.lay.ranges[t.lay.segs[si].rng]
 	} else if k := t.lay.rangeOf(t.ip); k >= 0 {
-		r = t.lay.ranges[k]
+		r = &t.lay.ranges[k]
 	}
-	routes := t.pool.Routes
+	c.Interface, c.Pool = t.iface, t.idx.name
+	c.Address, c.Gateway = netip.PrefixFrom(t.ip, r.Subnet.Bits()), r.Gateway
+	c.Vlan, c.Routes, c.Reused = t.pool.Vlan, t.pool.Routes, t.reused
 	if t.sel != nil && !t.sel.CleanGateway && r.Gateway.IsValid() {
 		// Spiderpool's default route through the pool's gateway.
 		dst := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
 		if !r.Gateway.Is4() {
 			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
 		}
-		routes = append(slices.Clip(routes), Route{Dst: dst, GW: r.Gateway})
-	}
-	return IPConfig{
-		Interface: t.iface,
-		Pool:      t.idx.name,
-		Address:   netip.PrefixFrom(t.ip, r.Subnet.Bits()),
-		Gateway:   r.Gateway,
-		Vlan:      t.pool.Vlan,
-		Routes:    routes,
-		Reused:    t.reused,
+		c.Routes = append(slices.Clip(c.Routes), Route{Dst: dst, GW: r.Gateway})
 	}
 }
 

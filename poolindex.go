@@ -415,23 +415,24 @@ type slot struct {
 }
 
 // reserve marks an address used before it is created in the Store: want if
-// valid and free, else the next free one by the pool's strategy. It reports
-// false when the index knows no free address (or want is not free).
-func (idx *poolIndex) reserve(want netip.Addr, now time.Time) (netip.Addr, slot, bool) {
+// valid and free, else the next free one by the pool's strategy, and sets at
+// to where it marked it. It reports false when the index knows no free
+// address (or want is not free).
+func (idx *poolIndex) reserve(want netip.Addr, now time.Time, at *slot) (netip.Addr, bool) {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
 	d := idx.def.Load()
 	lay := d.layout
 	idx.drain(now)
-	at := slot{lay: lay, gen: idx.gen.Load(), cursor: idx.cursor, next: idx.next, nextLay: idx.nextLay}
+	*at = slot{lay: lay, gen: idx.gen.Load(), cursor: idx.cursor, next: idx.next, nextLay: idx.nextLay}
 	if want.IsValid() {
 		o, ok := lay.ordinal(want)
 		if !ok || (!idx.tree.set(o) && !idx.unquarantine(want)) {
-			return netip.Addr{}, slot{}, false
+			return netip.Addr{}, false
 		}
 		idx.cursor, idx.next, idx.nextLay = want, o.addOne(), lay
 		at.ord = o
-		return want, at, true
+		return want, true
 	}
 	var start u128
 	if d.pool.Strategy == RoundRobin {
@@ -439,19 +440,19 @@ func (idx *poolIndex) reserve(want netip.Addr, now time.Time) (netip.Addr, slot,
 	}
 	o, ok := idx.tree.pick(lay.total, start, d.pool.Strategy)
 	if !ok {
-		return netip.Addr{}, slot{}, false
+		return netip.Addr{}, false
 	}
 	idx.tree.set(o)
 	ip, rng := lay.addr(o)
 	idx.cursor, idx.next, idx.nextLay = ip, o.addOne(), lay
 	at.ord, at.rng = o, rng+1
-	return ip, at, true
+	return ip, true
 }
 
 // unreserve undoes reserve of ip at at, for a Create that did not happen:
 // the address is free again, and round-robin resumes where it would have if
 // nothing moved it since.
-func (idx *poolIndex) unreserve(ip netip.Addr, at slot) {
+func (idx *poolIndex) unreserve(ip netip.Addr, at *slot) {
 	idx.forget(ip)
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
@@ -496,7 +497,7 @@ func spreadOrd(h uint64, total u128) u128 {
 // created records that the Store created the claim of ip, which reserve
 // marked at at. The mark is there already unless the tree was replaced since
 // (a fill, a new definition): then it is set again.
-func (idx *poolIndex) created(ip netip.Addr, at slot) {
+func (idx *poolIndex) created(ip netip.Addr, at *slot) {
 	if idx.misses.Load() != 0 {
 		idx.misses.Store(0)
 	}
@@ -514,7 +515,7 @@ func (idx *poolIndex) created(ip netip.Addr, at slot) {
 // marked at at: it stays marked, and round-robin resumes where it would have
 // (the cursor follows successful claims only). It returns how many addresses
 // in a row were found taken.
-func (idx *poolIndex) taken(ip netip.Addr, at slot) int {
+func (idx *poolIndex) taken(ip netip.Addr, at *slot) int {
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
 	if o, ok := idx.def.Load().layout.ordinal(ip); ok {
@@ -526,7 +527,7 @@ func (idx *poolIndex) taken(ip netip.Addr, at slot) int {
 
 // restore puts round-robin back where it was before reserve of ip at at, if
 // nothing moved it since. Called with mu held.
-func (idx *poolIndex) restore(ip netip.Addr, at slot) {
+func (idx *poolIndex) restore(ip netip.Addr, at *slot) {
 	if idx.cursor == ip && idx.nextLay == at.lay {
 		idx.cursor, idx.next, idx.nextLay = at.cursor, at.next, at.nextLay
 	}

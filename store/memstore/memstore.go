@@ -173,7 +173,7 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.C
 	sh := s.b.owners.shard(id)
 	p := s.b.poolForWrite(c.Pool)
 	sh.mu.Lock()
-	c, err := s.insert(p, c, cursor)
+	err := s.insert(p, &c, cursor)
 	if err != nil {
 		sh.mu.Unlock()
 		return store.Claim{}, err
@@ -186,16 +186,16 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.C
 	return c, nil
 }
 
-// insert adds c to p, with a new revision, and moves p's cursor to it if
-// cursor is set. The caller indexes its owner.
-func (s *Store) insert(p *poolClaims, c store.Claim, cursor bool) (store.Claim, error) {
+// insert adds c to p, setting its new revision, and moves p's cursor to it
+// if cursor is set. The caller indexes its owner.
+func (s *Store) insert(p *poolClaims, c *store.Claim, cursor bool) error {
 	s.b.watch.mu.RLock()
 	defer s.b.watch.mu.RUnlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.add(c.IP)
 	if r == nil {
-		return store.Claim{}, fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, store.ErrExists)
+		return fmt.Errorf("memstore: create %s/%s: %w", c.Pool, c.IP, store.ErrExists)
 	}
 	c.Revision = s.b.rev.Add(1)
 	*r = record{owner: c.Owner, time: c.Time, rev: c.Revision}
@@ -204,9 +204,9 @@ func (s *Store) insert(p *poolClaims, c store.Claim, cursor bool) (store.Claim, 
 		p.cursor = c.IP
 	}
 	if len(s.b.watch.list) > 0 {
-		s.b.watch.publish(store.Event{Claim: c})
+		s.b.watch.publish(store.Event{Claim: *c})
 	}
-	return c, nil
+	return nil
 }
 
 // CreateExclusive is CreateAndSetCursor, unless c's owner already holds a
@@ -238,7 +238,7 @@ func (s *Store) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim
 		at = sh.lookup(id) // collect may have dropped stale entries
 	}
 	p := s.b.poolForWrite(c.Pool)
-	c, err := s.insert(p, c, true)
+	err := s.insert(p, &c, true)
 	if err != nil {
 		sh.mu.Unlock()
 		return store.Claim{}, err
