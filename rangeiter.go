@@ -27,6 +27,7 @@ type segment struct {
 	from, to netip.Addr
 	rng      int  // index of the Range it belongs to
 	base     u128 // ordinal of from
+	start    u128 // from as a number (u128From), for addr
 }
 
 // layout maps ordinals to addresses for one pool. It is immutable.
@@ -55,7 +56,7 @@ func newLayout(ranges []Range, exclude *netipx.IPSet) *layout {
 		}
 		set, _ := b.IPSet()
 		for _, sr := range set.Ranges() {
-			l.segs = append(l.segs, segment{from: sr.From(), to: sr.To(), rng: i, base: l.total})
+			l.segs = append(l.segs, segment{from: sr.From(), to: sr.To(), rng: i, base: l.total, start: u128From(sr.From())})
 			l.total = l.total.add(rangeSpan(sr.From(), sr.To())).addOne()
 			all.AddRange(sr)
 		}
@@ -125,8 +126,12 @@ func (l *layout) addr(o u128) (netip.Addr, int) {
 			i--
 		}
 	}
-	s := l.segs[i]
-	return u128From(s.from).add(o.sub(s.base)).addr(l.is4), s.rng
+	s := &l.segs[i]
+	if l.is4 {
+		v := uint32(s.start.lo) + uint32(o.lo-s.base.lo) // an IPv4 pool has under 2^32 ordinals
+		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), s.rng
+	}
+	return s.start.add(o.sub(s.base)).addr(false), s.rng
 }
 
 // rangeOf returns the index of the range that contains ip (host-local's
