@@ -2,6 +2,7 @@ package benchmarks
 
 import (
 	"context"
+	"encoding/binary"
 	"flag"
 	"math/bits"
 	"net/netip"
@@ -43,6 +44,44 @@ const window = 64
 // validation, no trace, no rollback and no second family: everything the
 // library does beyond these steps is what its ratio to this floor measures.
 func BenchmarkEssentials(b *testing.B) {
+	essentials(b, 65536, nil) // an IPv4 /16, empty
+}
+
+// BenchmarkEssentialsAt is the floor on the data of each case of
+// BenchmarkAllocate: as many addresses as the case's pools span, the same
+// share of them claimed at random, each claim with its record and its
+// owner's entry by string ID. The target is stated against
+// BenchmarkEssentials; this says how much of the distance to it is the
+// size of the data (caches missed by any Store that holds as many claims)
+// rather than the work.
+func BenchmarkEssentialsAt(b *testing.B) {
+	for _, c := range allocateCases() {
+		b.Run(c.name(), func(b *testing.B) {
+			pool := netip.PrefixFrom(netip.IPv4Unspecified(), c.bits)
+			usable := UsableCount(pool)
+			used := min(int(float64(usable)*c.fill), usable-1)
+			n := (window + usable - used - 1) / (usable - used)
+			span := 1 << (32 - c.bits)
+			// The network and broadcast addresses of each pool are
+			// never free; the claimed ones are the case's random fill.
+			taken := make([]int, 0, n*(used+2))
+			_, ips := randomFill(pool, float64(used)/float64(usable))
+			for i := range n {
+				taken = append(taken, i*span, i*span+span-1)
+				for _, ip := range ips {
+					a := ip.As4() // in 0.0.0.0/bits: the offset in the pool
+					taken = append(taken, i*span+int(binary.BigEndian.Uint32(a[:])))
+				}
+			}
+			essentials(b, n*span, taken)
+		})
+	}
+}
+
+// essentials is the floor over size addresses of which those in taken are
+// claimed already, by owners of their own: the loop BenchmarkEssentials
+// documents.
+func essentials(b *testing.B, size int, taken []int) {
 	type record struct {
 		containerID, iface string
 		time               time.Time
@@ -52,25 +91,35 @@ func BenchmarkEssentials(b *testing.B) {
 		used uint64
 		recs [64]record
 	}
-	const (
-		size     = 65536 // addresses: an IPv4 /16
-		poolName = "p"
-	)
+	const poolName = "p"
 	var (
 		mu      sync.Mutex
-		owners  = make(map[string]uint64, window)
-		words   = make([]uint64, size/64)
-		blocks  = make([]block, size/64)
+		owners  = make(map[string]uint64, window+len(taken))
+		words   = make([]uint64, (size+63)/64)
+		blocks  = make([]block, (size+63)/64)
 		cursor  uint64
 		rev     int64
 		keys    [window]string
 		held    [window]uint64
 		base    = uint32(10 << 24)
 		gateway = netip.AddrFrom4([4]byte{10, 0, 0, 1})
+		start   = time.Now()
 	)
+	for j, i := range taken {
+		id := "fill-" + strconv.Itoa(j)
+		rev++
+		words[i/64] |= 1 << (i % 64)
+		blocks[i/64].used |= 1 << (i % 64)
+		blocks[i/64].recs[i%64] = record{containerID: id, iface: "eth0", time: start, rev: rev}
+		owners[id] = uint64(i)
+	}
+	if size%64 != 0 {
+		words[len(words)-1] |= ^uint64(0) << (size % 64) // past the end: never free
+	}
 	for i := range keys {
 		keys[i] = "container-" + strconv.Itoa(i)
 	}
+	runtime.GC()
 	b.ReportAllocs()
 	k := 0
 	for b.Loop() {
@@ -110,6 +159,7 @@ func BenchmarkEssentials(b *testing.B) {
 			b.StartTimer()
 		}
 	}
+	runtime.KeepAlive(blocks)
 }
 
 // essentialResult is what a one-address result must carry (88 bytes).
