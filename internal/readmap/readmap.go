@@ -77,16 +77,19 @@ func (m *Map[V]) GetOrAdd(name string, newV func(string) V) V {
 // Range calls f for every entry, in no particular order, until f returns
 // false. Entries added meanwhile may or may not be seen.
 func (m *Map[V]) Range(f func(name string, v V) bool) {
-	if r := m.read.Load(); r != nil {
+	// Read both under the lock: a merge between the two reads would move
+	// entries out of dirty into a read map this Range never sees.
+	m.mu.Lock()
+	r := m.read.Load()
+	dirty := maps.Clone(m.dirty)
+	m.mu.Unlock()
+	if r != nil {
 		for k, v := range *r {
 			if !f(k, v) {
 				return
 			}
 		}
 	}
-	m.mu.Lock()
-	dirty := maps.Clone(m.dirty)
-	m.mu.Unlock()
 	for k, v := range dirty {
 		if !f(k, v) {
 			return

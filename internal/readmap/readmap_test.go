@@ -2,6 +2,7 @@ package readmap
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -53,6 +54,48 @@ func TestConcurrent(t *testing.T) {
 				t.Fatalf("name %d has two values", i)
 			}
 		}
+	}
+}
+
+// TestRangeDuringMerge checks that Range sees every entry added before it
+// started while other entries are added, and the overlay merged, at the same
+// time: a merge between reading the settled map and the overlay once hid the
+// overlay's entries from Range.
+func TestRangeDuringMerge(t *testing.T) {
+	for round := range 200 {
+		var m Map[int]
+		before := 1 + round%7 // leaves some in the overlay
+		for i := range before {
+			m.GetOrAdd("old-"+strconv.Itoa(i), func(string) int { return i })
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				m.GetOrAdd("new-"+strconv.Itoa(i), func(string) int { return i })
+			}
+		})
+		for range 50 {
+			seen := 0
+			m.Range(func(name string, _ int) bool {
+				if strings.HasPrefix(name, "old-") {
+					seen++
+				}
+				return true
+			})
+			if seen != before {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("round %d: Range saw %d of the %d entries added before it", round, seen, before)
+			}
+		}
+		close(stop)
+		wg.Wait()
 	}
 }
 
