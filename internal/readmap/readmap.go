@@ -32,6 +32,12 @@ func (m *Map[V]) Get(name string) (V, bool) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// A merge since the read above may have moved name out of dirty.
+	if r := m.read.Load(); r != nil {
+		if v, ok := (*r)[name]; ok {
+			return v, true
+		}
+	}
 	v, ok := m.dirty[name]
 	return v, ok
 }

@@ -99,6 +99,35 @@ func TestRangeDuringMerge(t *testing.T) {
 	}
 }
 
+// TestGetDuringMerge checks that Get finds an entry added before it while
+// other entries are added, and the overlay merged, at the same time: a
+// merge between reading the settled map and the overlay once hid the entry
+// (memstore then said "claim not found" of a claim just created).
+func TestGetDuringMerge(t *testing.T) {
+	var m Map[int]
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			m.GetOrAdd("other-"+strconv.Itoa(i), func(string) int { return i })
+		}
+	})
+	defer wg.Wait()
+	defer close(stop)
+	for i := range 20000 {
+		name := "mine-" + strconv.Itoa(i)
+		m.GetOrAdd(name, func(string) int { return i })
+		if _, ok := m.Get(name); !ok {
+			t.Fatalf("Get(%q) found nothing right after GetOrAdd added it", name)
+		}
+	}
+}
+
 func BenchmarkAdd(b *testing.B) {
 	for _, n := range []int{1000, 100000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
