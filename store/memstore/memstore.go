@@ -71,11 +71,13 @@ func (b *backend) pool(name string) *poolClaims {
 
 // poolForWrite returns the named pool, adding it if it is new.
 func (b *backend) poolForWrite(name string) *poolClaims {
-	return b.pools.GetOrAdd(name, newPoolClaims)
-}
-
-func newPoolClaims(name string) *poolClaims {
-	return &poolClaims{name: name, blocks: make(map[blockKey]*block)}
+	if p := b.pool(name); p != nil {
+		return p
+	}
+	return b.pools.GetOrAdd(name, func(name string) *poolClaims {
+		// A new pool starts with every watch there is (see watchers).
+		return &poolClaims{name: name, blocks: make(map[blockKey]*block), watchers: b.watch.current()}
+	})
 }
 
 // Get returns the claim for ip in pool, or an error wrapping store.ErrNotFound.
@@ -189,8 +191,6 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.C
 // insert adds c to p, setting its new revision, and moves p's cursor to it
 // if cursor is set. The caller indexes its owner.
 func (s *Store) insert(p *poolClaims, c *store.Claim, cursor bool) error {
-	s.b.watch.mu.RLock()
-	defer s.b.watch.mu.RUnlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.add(c.IP)
@@ -203,8 +203,8 @@ func (s *Store) insert(p *poolClaims, c *store.Claim, cursor bool) error {
 	if cursor {
 		p.cursor = c.IP
 	}
-	if len(s.b.watch.list) > 0 {
-		s.b.watch.publish(store.Event{Claim: *c})
+	if len(p.watchers) > 0 {
+		p.publish(store.Event{Claim: *c})
 	}
 	return nil
 }
@@ -286,18 +286,15 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 	if p == nil {
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, store.ErrNotFound)
 	}
-	s.b.watch.mu.RLock()
 	p.mu.Lock()
 	r := p.get(c.IP)
 	if r == nil {
 		p.mu.Unlock()
-		s.b.watch.mu.RUnlock()
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, store.ErrNotFound)
 	}
 	if r.rev != rev {
 		cur := r.rev
 		p.mu.Unlock()
-		s.b.watch.mu.RUnlock()
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s at revision %d (current %d): %w",
 			c.Pool, c.IP, rev, cur, store.ErrConflict)
 	}
@@ -305,11 +302,10 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 	c.Revision = s.b.rev.Add(1)
 	*r = record{owner: c.Owner, time: c.Time, rev: c.Revision}
 	p.version++
-	if len(s.b.watch.list) > 0 {
-		s.b.watch.publish(store.Event{Claim: c})
+	if len(p.watchers) > 0 {
+		p.publish(store.Event{Claim: c})
 	}
 	p.mu.Unlock()
-	s.b.watch.mu.RUnlock()
 	s.b.owners.add(c.Owner, p, c.IP, ident{})
 	s.b.owners.remove(old, p, c.IP)
 	return c, nil
@@ -329,30 +325,26 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 	if p == nil {
 		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, store.ErrNotFound)
 	}
-	s.b.watch.mu.RLock()
 	p.mu.Lock()
 	r := p.get(ip)
 	if r == nil {
 		p.mu.Unlock()
-		s.b.watch.mu.RUnlock()
 		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, store.ErrNotFound)
 	}
 	if r.rev != rev {
 		cur := r.rev
 		p.mu.Unlock()
-		s.b.watch.mu.RUnlock()
 		return fmt.Errorf("memstore: delete %s/%s at revision %d (current %d): %w",
 			pool, ip, rev, cur, store.ErrConflict)
 	}
 	old := r.owner
-	if len(s.b.watch.list) > 0 {
-		s.b.watch.publish(store.Event{Claim: p.claim(ip, r), Deleted: true})
+	if len(p.watchers) > 0 {
+		p.publish(store.Event{Claim: p.claim(ip, r), Deleted: true})
 	}
 	s.b.rev.Add(1)
 	p.remove(ip)
 	p.version++
 	p.mu.Unlock()
-	s.b.watch.mu.RUnlock()
 	s.b.owners.remove(old, p, ip)
 	return nil
 }

@@ -39,6 +39,8 @@ type poolClaims struct {
 	cursor netip.Addr
 	// version counts the changes to the pool's claims (PoolVersion).
 	version uint64
+	// watchers are the watches that follow the pool (see watchers).
+	watchers []*watch
 }
 
 // record is a stored claim without its pool and address, which are its keys:
