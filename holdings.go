@@ -56,7 +56,7 @@ func (a *Allocator) readHoldings(ctx context.Context, hs *holdings) error {
 // are logged and skipped, as in list.
 func (a *Allocator) owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
 	cs, err := a.store.Owned(ctx, q)
-	return a.readable(cs, err, "owner", q.String())
+	return a.readable(cs, err, func() []any { return []any{"owner", q.String()} })
 }
 
 func (hs *holdings) isUsed(c store.Claim) bool { return slices.Contains(hs.used, c.Key()) }

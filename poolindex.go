@@ -360,15 +360,21 @@ func (a *Allocator) unchanged(ctx context.Context, idx *poolIndex) bool {
 // refuses to create a claim over them, so they stay taken.
 func (a *Allocator) list(ctx context.Context, pool string) ([]store.Claim, error) {
 	claims, err := a.store.List(ctx, pool)
-	return a.readable(claims, err, "pool", pool)
+	return a.readable(claims, err, func() []any { return []any{"pool", pool} })
 }
 
 // readable returns what a Store read returned, without its error if that
 // reports only unreadable records (store.ErrCorrupt): those are logged, with
-// the attributes that name the read, and skipped.
-func (a *Allocator) readable(claims []store.Claim, err error, read ...any) ([]store.Claim, error) {
+// the attributes that read returns to name the read (nil: none), and
+// skipped. read runs only then, so that naming the read costs nothing when
+// every record is readable.
+func (a *Allocator) readable(claims []store.Claim, err error, read func() []any) ([]store.Claim, error) {
 	if err != nil && errors.Is(err, store.ErrCorrupt) {
-		a.log.Warn("ipam: unreadable claims skipped", append(read, "err", err)...)
+		var attrs []any
+		if read != nil {
+			attrs = read()
+		}
+		a.log.Warn("ipam: unreadable claims skipped", append(attrs, "err", err)...)
 		return claims, nil
 	}
 	return claims, err

@@ -178,7 +178,8 @@ func (a *Allocator) Claims(ctx context.Context) ([]store.Claim, error) {
 		return nil, errNilContext
 	}
 	if l, ok := a.store.(store.ClaimLister); ok {
-		out, err := a.readable(l.ListAll(ctx))
+		cs, err := l.ListAll(ctx)
+		out, err := a.readable(cs, err, nil)
 		if err != nil {
 			return nil, fmt.Errorf("listing every claim: %w", err)
 		}
