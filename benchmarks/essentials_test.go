@@ -83,86 +83,117 @@ func BenchmarkEssentialsAt(b *testing.B) {
 
 // essentials is the floor over size addresses of which those in taken are
 // claimed already, by owners of their own: the loop BenchmarkEssentials
-// documents.
+// documents, a window of allocations timed and then released with the timer
+// stopped.
 func essentials(b *testing.B, size int, taken []int) {
-	type record struct {
-		containerID, iface string
-		time               time.Time
-		rev                int64
-	}
-	type block struct {
-		used uint64
-		recs [64]record
-	}
-	const poolName = "p"
-	var (
-		mu      sync.Mutex
-		owners  = make(map[string]uint64, window+len(taken))
-		words   = make([]uint64, (size+63)/64)
-		blocks  = make([]block, (size+63)/64)
-		cursor  uint64
-		rev     int64
-		keys    [window]string
-		held    [window]uint64
-		base    = uint32(10 << 24)
-		gateway = netip.AddrFrom4([4]byte{10, 0, 0, 1})
-		start   = time.Now()
-	)
-	for j, i := range taken {
-		id := "fill-" + strconv.Itoa(j)
-		rev++
-		words[i/64] |= 1 << (i % 64)
-		blocks[i/64].used |= 1 << (i % 64)
-		blocks[i/64].recs[i%64] = record{containerID: id, iface: "eth0", time: start, rev: rev}
-		owners[id] = uint64(i)
-	}
-	if size%64 != 0 {
-		words[len(words)-1] |= ^uint64(0) << (size % 64) // past the end: never free
-	}
-	for i := range keys {
-		keys[i] = "container-" + strconv.Itoa(i)
-	}
+	f := newFloor(size, taken)
 	runtime.GC()
 	b.ReportAllocs()
 	k := 0
 	for b.Loop() {
-		now := time.Now()
-		mu.Lock()
-		if _, ok := owners[keys[k]]; ok {
-			mu.Unlock()
+		if !f.alloc(k) {
 			b.Fatal("owner holds an address already")
 		}
-		w := cursor / 64 % uint64(len(words))
-		free := ^words[w] &^ (1<<(cursor%64) - 1) // bits at or after the cursor
-		for free == 0 {
-			w = (w + 1) % uint64(len(words))
-			free = ^words[w]
-		}
-		i := w*64 + uint64(bits.TrailingZeros64(free))
-		words[w] |= 1 << (i % 64)
-		cursor = i + 1
-		rev++
-		blk := &blocks[w]
-		blk.used |= 1 << (i % 64)
-		blk.recs[i%64] = record{containerID: keys[k], iface: "eth0", time: now, rev: rev}
-		owners[keys[k]] = i
-		mu.Unlock()
-		v := base + uint32(i)
-		addr := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-		essentialsSink = &essentialResult{Address: netip.PrefixFrom(addr, 16), Gateway: gateway, Pool: poolName, Interface: "eth0"}
-		held[k] = i
 		if k++; k == window {
 			b.StopTimer()
-			for j, i := range held {
-				words[i/64] &^= 1 << (i % 64)
-				blocks[i/64].used &^= 1 << (i % 64)
-				delete(owners, keys[j])
-			}
+			f.release()
 			k = 0
 			b.StartTimer()
 		}
 	}
-	runtime.KeepAlive(blocks)
+}
+
+// floor is the state of BenchmarkEssentials: the steps its documentation
+// lists, over a dense slice of blocks.
+type floor struct {
+	mu      sync.Mutex
+	owners  map[string]uint64
+	words   []uint64
+	blocks  []floorBlock
+	cursor  uint64
+	rev     int64
+	keys    [window]string
+	held    [window]uint64
+	base    uint32
+	gateway netip.Addr
+}
+
+type floorRecord struct {
+	containerID, iface string
+	time               time.Time
+	rev                int64
+}
+
+type floorBlock struct {
+	used uint64
+	recs [64]floorRecord
+}
+
+func newFloor(size int, taken []int) *floor {
+	f := &floor{
+		owners:  make(map[string]uint64, window+len(taken)),
+		words:   make([]uint64, (size+63)/64),
+		blocks:  make([]floorBlock, (size+63)/64),
+		base:    uint32(10 << 24),
+		gateway: netip.AddrFrom4([4]byte{10, 0, 0, 1}),
+	}
+	start := time.Now()
+	for j, i := range taken {
+		id := "fill-" + strconv.Itoa(j)
+		f.rev++
+		f.words[i/64] |= 1 << (i % 64)
+		f.blocks[i/64].used |= 1 << (i % 64)
+		f.blocks[i/64].recs[i%64] = floorRecord{containerID: id, iface: "eth0", time: start, rev: f.rev}
+		f.owners[id] = uint64(i)
+	}
+	if size%64 != 0 {
+		f.words[len(f.words)-1] |= ^uint64(0) << (size % 64) // past the end: never free
+	}
+	for i := range f.keys {
+		f.keys[i] = "container-" + strconv.Itoa(i)
+	}
+	return f
+}
+
+// alloc is one allocation of the floor, for the owner of window slot k. It
+// reports false if that owner holds an address already (a release missed).
+func (f *floor) alloc(k int) bool {
+	const poolName = "p"
+	now := time.Now()
+	f.mu.Lock()
+	if _, ok := f.owners[f.keys[k]]; ok {
+		f.mu.Unlock()
+		return false
+	}
+	w := f.cursor / 64 % uint64(len(f.words))
+	free := ^f.words[w] &^ (1<<(f.cursor%64) - 1) // bits at or after the cursor
+	for free == 0 {
+		w = (w + 1) % uint64(len(f.words))
+		free = ^f.words[w]
+	}
+	i := w*64 + uint64(bits.TrailingZeros64(free))
+	f.words[w] |= 1 << (i % 64)
+	f.cursor = i + 1
+	f.rev++
+	blk := &f.blocks[w]
+	blk.used |= 1 << (i % 64)
+	blk.recs[i%64] = floorRecord{containerID: f.keys[k], iface: "eth0", time: now, rev: f.rev}
+	f.owners[f.keys[k]] = i
+	f.mu.Unlock()
+	v := f.base + uint32(i)
+	addr := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	essentialsSink = &essentialResult{Address: netip.PrefixFrom(addr, 16), Gateway: f.gateway, Pool: poolName, Interface: "eth0"}
+	f.held[k] = i
+	return true
+}
+
+// release frees the window's addresses and owners.
+func (f *floor) release() {
+	for j, i := range f.held {
+		f.words[i/64] &^= 1 << (i % 64)
+		f.blocks[i/64].used &^= 1 << (i % 64)
+		delete(f.owners, f.keys[j])
+	}
 }
 
 // essentialResult is what a one-address result must carry (88 bytes).
@@ -273,8 +304,18 @@ func (env *allocateEnv) use(c allocateCase) *allocateEnv {
 	return env
 }
 
+// run times Allocate, a window at a time. Between windows, with the timer
+// stopped, it releases them and times a window of the floor's allocations
+// (BenchmarkEssentials's, on its empty /16), so that the two are measured
+// over the same stretch of the run, in turns of a few microseconds: a
+// shared machine's speed drifts from one second to the next, and so does a
+// ratio of figures taken a minute apart. It reports the floor's time per
+// allocation as floor-ns/op and Allocate's over it as ×floor.
 func (env *allocateEnv) run(b *testing.B) {
 	ctx := context.Background()
+	f := interleavedFloor()
+	var floorTime time.Duration
+	floorOps := 0
 	b.ReportAllocs()
 	for b.Loop() {
 		res, err := env.alloc.Allocate(ctx, env.reqs[len(env.held)])
@@ -284,11 +325,37 @@ func (env *allocateEnv) run(b *testing.B) {
 		if env.held = append(env.held, res); len(env.held) == window {
 			b.StopTimer()
 			env.release(b)
+			start := time.Now()
+			for k := range window {
+				if !f.alloc(k) {
+					b.Fatal("floor: owner holds an address already")
+				}
+			}
+			floorTime += time.Since(start)
+			floorOps += window
+			f.release()
 			b.StartTimer()
 		}
 	}
 	b.StopTimer()
 	env.release(b)
+	if floorOps > 0 {
+		perFloor := float64(floorTime.Nanoseconds()) / float64(floorOps)
+		perAlloc := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+		b.ReportMetric(perFloor, "floor-ns/op")
+		b.ReportMetric(perAlloc/perFloor, "×floor")
+	}
+}
+
+// interleaved is the floor that BenchmarkAllocate's cases time between
+// their windows, made once per process.
+var interleaved *floor
+
+func interleavedFloor() *floor {
+	if interleaved == nil {
+		interleaved = newFloor(65536, nil)
+	}
+	return interleaved
 }
 
 func (env *allocateEnv) release(b *testing.B) {
