@@ -16,10 +16,7 @@ import (
 // the request names: the Result only (issue 2 allows two).
 func TestAllocateAllocations(t *testing.T) {
 	ctx := context.Background()
-	cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.0/16"}]}`))
-	require.NoError(t, err)
-	a, err := ipam.NewAllocator(ipam.Options{Pools: cat})
-	require.NoError(t, err)
+	a := allocsAllocator(t)
 	req := ipam.Request{ContainerID: "c1", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	// Warm up: the pool's index and the store's maps exist.
@@ -46,14 +43,11 @@ func TestAllocateAllocations(t *testing.T) {
 // writes once cost five more on every Release.
 func TestReleaseAllocations(t *testing.T) {
 	ctx := context.Background()
-	cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.0/16"}]}`))
-	require.NoError(t, err)
-	a, err := ipam.NewAllocator(ipam.Options{Pools: cat})
-	require.NoError(t, err)
+	a := allocsAllocator(t)
 	req := ipam.Request{UID: "u1", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	// Warm up: the pool's index and the store's maps exist.
-	_, err = a.AllocateAt(ctx, req, now)
+	_, err := a.AllocateAt(ctx, req, now)
 	require.NoError(t, err)
 	require.NoError(t, a.ReleaseAt(ctx, req.Owner(), now))
 	allocs := testing.AllocsPerRun(200, func() {
@@ -65,4 +59,14 @@ func TestReleaseAllocations(t *testing.T) {
 		}
 	})
 	require.LessOrEqual(t, allocs, 2.0, "allocations per Allocate + Release")
+}
+
+// allocsAllocator returns an Allocator over the default store with one pool,
+// "p", a /16.
+func allocsAllocator(t *testing.T) *ipam.Allocator {
+	cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.0/16"}]}`))
+	require.NoError(t, err)
+	a, err := ipam.NewAllocator(ipam.Options{Pools: cat})
+	require.NoError(t, err)
+	return a
 }

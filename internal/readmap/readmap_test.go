@@ -68,18 +68,7 @@ func TestRangeDuringMerge(t *testing.T) {
 		for i := range before {
 			m.GetOrAdd("old-"+strconv.Itoa(i), func(string) int { return i })
 		}
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				m.GetOrAdd("new-"+strconv.Itoa(i), func(string) int { return i })
-			}
-		})
+		stop := addUntilStopped(&m, "new-")
 		for range 50 {
 			seen := 0
 			m.Range(func(name string, _ int) bool {
@@ -89,12 +78,32 @@ func TestRangeDuringMerge(t *testing.T) {
 				return true
 			})
 			if seen != before {
-				close(stop)
-				wg.Wait()
+				stop()
 				t.Fatalf("round %d: Range saw %d of the %d entries added before it", round, seen, before)
 			}
 		}
-		close(stop)
+		stop()
+	}
+}
+
+// addUntilStopped adds entries named prefix followed by a number to m, from
+// a goroutine of its own, until the function it returns is called; that
+// function returns once the goroutine has.
+func addUntilStopped(m *Map[int], prefix string) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			m.GetOrAdd(prefix+strconv.Itoa(i), func(string) int { return i })
+		}
+	})
+	return func() {
+		close(done)
 		wg.Wait()
 	}
 }
@@ -105,20 +114,7 @@ func TestRangeDuringMerge(t *testing.T) {
 // (memstore then said "claim not found" of a claim just created).
 func TestGetDuringMerge(t *testing.T) {
 	var m Map[int]
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			m.GetOrAdd("other-"+strconv.Itoa(i), func(string) int { return i })
-		}
-	})
-	defer wg.Wait()
-	defer close(stop)
+	defer addUntilStopped(&m, "other-")()
 	for i := range 20000 {
 		name := "mine-" + strconv.Itoa(i)
 		m.GetOrAdd(name, func(string) int { return i })
