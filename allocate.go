@@ -314,8 +314,6 @@ const maxSettle = 4
 // by the pool's strategy. On success t's pool and address are set; or, if the
 // Store shows the owner holds an address for t already, t reuses it.
 func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want netip.Addr, hs *holdings, now time.Time) error {
-	owner := hs.owner
-	owner.Interface = t.iface
 	if hs.known && !t.checked {
 		// What the owner holds was read for another task of this call.
 		if err := a.reuse(ctx, t, hs); err != nil || t.reused {
@@ -373,7 +371,8 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrExhausted,
 				Reason: "no free address in range set " + idx.describe()}
 		}
-		c := store.Claim{Pool: idx.name, IP: ip, Owner: owner, Time: now}
+		c := store.Claim{Pool: idx.name, IP: ip, Owner: hs.owner, Time: now}
+		c.Owner.Interface = t.iface
 		exclusive := a.excl != nil && !t.plain
 		var err error
 		if exclusive {
@@ -432,7 +431,7 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			}
 			if settles++; settles >= maxSettle {
 				return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrConflict,
-					Reason: "other allocations for " + owner.String() + " kept racing this one: try again"}
+					Reason: "other allocations for " + c.Owner.String() + " kept racing this one: try again"}
 			}
 		case errors.Is(err, store.ErrHeld):
 			// The owner holds an address of this family on this interface

@@ -265,8 +265,9 @@ type Allocator struct {
 	quarant     time.Duration
 
 	pools  readmap.Map[*poolIndex]
-	follow atomic.Pointer[follower] // set while Follow runs
-	spans  spans                    // of the PoolSource's pools, for the overlap check
+	last   atomic.Pointer[poolIndex] // the pool found last by indexFor
+	follow atomic.Pointer[follower]  // set while Follow runs
+	spans  spans                     // of the PoolSource's pools, for the overlap check
 }
 
 // NewAllocator returns an Allocator for the options.
