@@ -265,9 +265,8 @@ type Allocator struct {
 	quarant     time.Duration
 
 	pools  readmap.Map[*poolIndex]
-	last   atomic.Pointer[poolIndex] // the pool found last by indexFor
-	follow atomic.Pointer[follower]  // set while Follow runs
-	spans  spans                     // of the PoolSource's pools, for the overlap check
+	follow atomic.Pointer[follower] // set while Follow runs
+	spans  spans                    // of the PoolSource's pools, for the overlap check
 }
 
 // NewAllocator returns an Allocator for the options.

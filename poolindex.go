@@ -81,13 +81,7 @@ type poolDef struct {
 
 // indexFor returns the index of the named pool if it was ever loaded.
 func (a *Allocator) indexFor(name string) *poolIndex {
-	if idx := a.last.Load(); idx != nil && idx.name == name {
-		return idx // requests name one pool many times in a row
-	}
 	idx, _ := a.pools.Get(name)
-	if idx != nil {
-		a.last.Store(idx)
-	}
 	return idx
 }
 

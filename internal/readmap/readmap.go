@@ -16,68 +16,88 @@ import (
 // Most lookups read an immutable map without a lock. New entries go to a small
 // locked overlay, merged into a new immutable map once the overlay holds a
 // quarter as many entries, so each entry is copied O(1) times on average
-// however many are added one by one.
+// however many are added one by one. The entry found last is remembered:
+// its users look one name up many times in a row (an allocator serving
+// one pool), and comparing a name costs less than hashing it.
 type Map[V any] struct {
-	read  atomic.Pointer[map[string]V]
+	read  atomic.Pointer[map[string]*entry[V]]
+	last  atomic.Pointer[entry[V]]
 	mu    sync.Mutex
-	dirty map[string]V // entries not yet in read
+	dirty map[string]*entry[V] // entries not yet in read
+}
+
+// entry is one name and its value, made once by GetOrAdd.
+type entry[V any] struct {
+	name string
+	v    V
+}
+
+// settled returns the entry of name if it is the last one found or in the
+// settled map, or nil.
+func (m *Map[V]) settled(name string) *entry[V] {
+	if e := m.last.Load(); e != nil && e.name == name {
+		return e
+	}
+	if r := m.read.Load(); r != nil {
+		if e := (*r)[name]; e != nil {
+			m.last.Store(e)
+			return e
+		}
+	}
+	return nil
 }
 
 // Get returns the value for name, or the zero V and false.
 func (m *Map[V]) Get(name string) (V, bool) {
-	if r := m.read.Load(); r != nil {
-		if v, ok := (*r)[name]; ok {
-			return v, true
-		}
+	if e := m.settled(name); e != nil {
+		return e.v, true
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	// A merge since the read above may have moved name out of dirty.
 	if r := m.read.Load(); r != nil {
-		if v, ok := (*r)[name]; ok {
-			return v, true
+		if e := (*r)[name]; e != nil {
+			return e.v, true
 		}
 	}
-	v, ok := m.dirty[name]
-	return v, ok
+	if e := m.dirty[name]; e != nil {
+		return e.v, true
+	}
+	var zero V
+	return zero, false
 }
 
 // GetOrAdd returns the value for name, adding newV(name) first if there is
 // none. newV runs with the Map's lock held and must not use the Map.
 func (m *Map[V]) GetOrAdd(name string, newV func(string) V) V {
-	seen := m.read.Load()
-	if seen != nil {
-		if v, ok := (*seen)[name]; ok {
-			return v
-		}
+	if e := m.settled(name); e != nil {
+		return e.v
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var read map[string]V
+	var read map[string]*entry[V]
 	if r := m.read.Load(); r != nil {
 		read = *r
-		if r != seen { // merged since it was read above
-			if v, ok := read[name]; ok {
-				return v
-			}
+		if e := read[name]; e != nil { // merged since it was read above
+			return e.v
 		}
 	}
-	if v, ok := m.dirty[name]; ok {
-		return v
+	if e := m.dirty[name]; e != nil {
+		return e.v
 	}
-	v := newV(name)
+	e := &entry[V]{name: name, v: newV(name)}
 	if m.dirty == nil {
-		m.dirty = make(map[string]V)
+		m.dirty = make(map[string]*entry[V])
 	}
-	m.dirty[name] = v
+	m.dirty[name] = e
 	if len(m.dirty) >= len(read)/4+1 {
-		merged := make(map[string]V, len(read)+len(m.dirty))
+		merged := make(map[string]*entry[V], len(read)+len(m.dirty))
 		maps.Copy(merged, read)
 		maps.Copy(merged, m.dirty)
 		m.read.Store(&merged)
 		clear(m.dirty)
 	}
-	return v
+	return e.v
 }
 
 // Range calls f for every entry, in no particular order, until f returns
@@ -90,14 +110,14 @@ func (m *Map[V]) Range(f func(name string, v V) bool) {
 	dirty := maps.Clone(m.dirty)
 	m.mu.Unlock()
 	if r != nil {
-		for k, v := range *r {
-			if !f(k, v) {
+		for k, e := range *r {
+			if !f(k, e.v) {
 				return
 			}
 		}
 	}
-	for k, v := range dirty {
-		if !f(k, v) {
+	for k, e := range dirty {
+		if !f(k, e.v) {
 			return
 		}
 	}

@@ -40,11 +40,6 @@ func (s *Store) RevisionsOrdered() bool { return true }
 // A *Store is safe for concurrent use by multiple goroutines.
 type Store struct {
 	b *backend
-	// last is the pool this Store found last: an allocator writes to one
-	// pool many times in a row, and a pointer and a string compared cost
-	// less than a lookup by name. Pools are never removed, so it is never
-	// stale.
-	last atomic.Pointer[poolClaims]
 }
 
 // backend is the data that Stores opened from one New share. Each pool has its
@@ -66,28 +61,6 @@ func New() *Store {
 // and revisions written through either are seen by both.
 func (s *Store) Open() *Store {
 	return &Store{b: s.b}
-}
-
-// pool returns the named pool, or nil if it has never been written.
-func (s *Store) pool(name string) *poolClaims {
-	if p := s.last.Load(); p != nil && p.name == name {
-		return p
-	}
-	p := s.b.pool(name)
-	if p != nil {
-		s.last.Store(p)
-	}
-	return p
-}
-
-// poolForWrite returns the named pool, adding it if it is new.
-func (s *Store) poolForWrite(name string) *poolClaims {
-	if p := s.last.Load(); p != nil && p.name == name {
-		return p
-	}
-	p := s.b.poolForWrite(name)
-	s.last.Store(p)
-	return p
 }
 
 // pool returns the named pool, or nil if it has never been written.
@@ -116,7 +89,7 @@ func (s *Store) Get(ctx context.Context, pool string, ip netip.Addr) (store.Clai
 	if !ip.IsValid() {
 		return store.Claim{}, fmt.Errorf("memstore: get %s/%s: %w", pool, ip, errInvalidIP)
 	}
-	if p := s.pool(pool); p != nil {
+	if p := s.b.pool(pool); p != nil {
 		p.mu.Lock()
 		r := p.get(ip)
 		var c store.Claim
@@ -154,7 +127,7 @@ func (s *Store) List(ctx context.Context, pool string) ([]store.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memstore: list %s: %w", pool, err)
 	}
-	p := s.pool(pool)
+	p := s.b.pool(pool)
 	if p == nil {
 		return []store.Claim{}, nil
 	}
@@ -200,7 +173,7 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.C
 	// (RevisionsOrdered).
 	id := s.b.owners.ident(c.Owner.Query())
 	sh := s.b.owners.shard(id)
-	p := s.poolForWrite(c.Pool)
+	p := s.b.poolForWrite(c.Pool)
 	sh.mu.Lock()
 	err := s.insert(p, &c, cursor)
 	if err != nil {
@@ -264,7 +237,7 @@ func (s *Store) CreateExclusive(ctx context.Context, c store.Claim) (store.Claim
 		}
 		at = sh.lookup(id) // collect may have dropped stale entries
 	}
-	p := s.poolForWrite(c.Pool)
+	p := s.b.poolForWrite(c.Pool)
 	err := s.insert(p, &c, true)
 	if err != nil {
 		sh.mu.Unlock()
@@ -309,7 +282,7 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 	if err := c.Validate(); err != nil {
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, err)
 	}
-	p := s.pool(c.Pool)
+	p := s.b.pool(c.Pool)
 	if p == nil {
 		return store.Claim{}, fmt.Errorf("memstore: update %s/%s: %w", c.Pool, c.IP, store.ErrNotFound)
 	}
@@ -348,7 +321,7 @@ func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int6
 	if !ip.IsValid() {
 		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, errInvalidIP)
 	}
-	p := s.pool(pool)
+	p := s.b.pool(pool)
 	if p == nil {
 		return fmt.Errorf("memstore: delete %s/%s: %w", pool, ip, store.ErrNotFound)
 	}
@@ -403,7 +376,7 @@ func (s *Store) PoolVersion(ctx context.Context, pool string) (uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, fmt.Errorf("memstore: pool version %s: %w", pool, err)
 	}
-	p := s.pool(pool)
+	p := s.b.pool(pool)
 	if p == nil {
 		return 0, nil
 	}
@@ -418,7 +391,7 @@ func (s *Store) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
 	if err := ctx.Err(); err != nil {
 		return netip.Addr{}, fmt.Errorf("memstore: cursor %s: %w", pool, err)
 	}
-	p := s.pool(pool)
+	p := s.b.pool(pool)
 	if p == nil {
 		return netip.Addr{}, nil
 	}
@@ -434,7 +407,7 @@ func (s *Store) SetCursor(ctx context.Context, pool string, ip netip.Addr) error
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("memstore: set cursor %s to %s: %w", pool, ip, err)
 	}
-	p := s.poolForWrite(pool)
+	p := s.b.poolForWrite(pool)
 	p.mu.Lock()
 	p.cursor = ip
 	p.mu.Unlock()
