@@ -76,7 +76,7 @@ func (b *backend) poolForWrite(name string) *poolClaims {
 	}
 	return b.pools.GetOrAdd(name, func(name string) *poolClaims {
 		// A new pool starts with every watch there is (see watchers).
-		return &poolClaims{name: name, blocks: make(map[blockKey]*block), watchers: b.watch.current()}
+		return &poolClaims{name: name, chunks: make(map[blockKey]*chunk), watchers: b.watch.current()}
 	})
 }
 
@@ -141,10 +141,10 @@ func (s *Store) List(ctx context.Context, pool string) ([]store.Claim, error) {
 // store.ErrExists if the address is already claimed, and the error of
 // c.Validate, wrapped, if c is not a valid claim.
 //
-// Create allocates only to add a pool, to add a block of 64 addresses when the
-// pool has no emptied block to reuse, to grow a block or the pool's map of
-// blocks, and for the record of an address with a zone; see the package
-// documentation.
+// Create allocates only to add a pool, to add a block of 64 addresses or a
+// chunk of 8 blocks when the pool has no emptied one to reuse, to grow a
+// block or the pool's map of chunks, and for the record of an address with a
+// zone; see the package documentation.
 func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
 	return s.create(ctx, c, false)
 }

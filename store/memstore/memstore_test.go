@@ -161,7 +161,7 @@ func addrs(n int) []netip.Addr {
 // blocks are there to be reused), Get, Delete, and the allocator's Create/Delete
 // cycle on one address, with Create and with CreateAndSetCursor. AllocsPerRun
 // reports the average rounded down, so what is pinned is that nothing is
-// allocated per call; the growth of the map of blocks, and the rehash Go maps do
+// allocated per call; the growth of the map of chunks, and the rehash Go maps do
 // now and then after deletes, are amortised and not pinned.
 func TestAllocs(t *testing.T) {
 	if testing.Short() {
@@ -256,7 +256,7 @@ func TestAllocs(t *testing.T) {
 // TestMemory checks that claims cost memory for themselves, not for the span of
 // addresses they are scattered over: a claim costs its record and its owner's
 // entries in the owner index, about 320 bytes with an owner of its own (a pod),
-// whether it is one of a run of consecutive addresses or alone in its /64. One
+// whether it is one of a run of consecutive addresses or alone in its /64 (which costs its block and chunk too). One
 // owner holding many claims costs an index of them (about 100 bytes a claim), so
 // that adding and removing one stays O(1).
 func TestMemory(t *testing.T) {

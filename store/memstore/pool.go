@@ -12,35 +12,66 @@ import (
 
 // poolClaims holds the claims and the cursor of one pool.
 //
-// Claims are kept in blocks of blockSize consecutive addresses, found by the
-// address with its low blockBits bits cleared, so that an allocator claiming
-// addresses in order touches one map entry, and one block's records, for
-// blockSize claims in a row instead of a hash-map entry of its own for each. The
-// two blocks used last are remembered, which spares even that map lookup while
-// an allocator's claims stay in one block and its releases go to another. A
-// block holds records only for its claimed addresses, so a pool's memory grows
-// with its claims, not with the span of addresses they are scattered over. A block emptied by Delete stays in the map
-// until another is emptied, in case its address is claimed again next; then it
-// leaves the map and is kept, with the room it had grown, for the next block the
-// pool needs. Neither the blocks nor the map shrink, so a pool that is drained
-// and refilled does not allocate again.
+// Claims are kept in blocks of blockSize consecutive addresses, so that an
+// allocator claiming addresses in order touches one block, and one block's
+// records, for blockSize claims in a row instead of a hash-map entry of its
+// own for each. Blocks are found through chunks of chunkSize consecutive
+// blocks, in a map by the address with its low chunkBits+blockBits bits
+// cleared: a pool of a million addresses has a couple of thousand chunks,
+// whose map stays in the processor's caches, where a map of its blocks, eight
+// times as many entries of a larger size, would not. Finding a block then
+// costs a read of its chunk's slot, not a miss in the map's control word and
+// another in its entry. The chunk and the two blocks used last are
+// remembered, which spares even that while an allocator's claims stay in one
+// block and its releases go to another. A block holds records only for its
+// claimed addresses, and a chunk exists only while one of its blocks does, so
+// a pool's memory grows with its claims, not with the span of addresses they
+// are scattered over. A block emptied by Delete stays in its chunk until
+// another is emptied, in case its address is claimed again next; then it
+// leaves, and is kept, with the room it had grown, for the next block the
+// pool needs; so is a chunk left with no block. Neither the blocks nor the
+// map shrink, so a pool that is drained and refilled does not allocate again.
 //
 // Addresses with an IPv6 zone, which no pool prefix contains but a Store must
 // still keep apart, are kept in a map of their own.
 type poolClaims struct {
-	name   string
-	mu     sync.Mutex
-	blocks map[blockKey]*block // blocks holding a claim, and empty.b
-	free   []*block            // emptied blocks, to be reused
-	recent [2]recentBlock      // the blocks used last, most recent first
-	empty  recentBlock         // the block emptied last, still in blocks (maybe refilled since)
-	zoned  map[netip.Addr]*record
-	n      int // number of claims
-	cursor netip.Addr
+	name       string
+	mu         sync.Mutex
+	chunks     map[blockKey]*chunk // by the key of their first block, shifted right by chunkBits
+	free       []*block            // emptied blocks, to be reused
+	freeChunks []*chunk            // chunks left with no block, to be reused
+	recent     [2]recentBlock      // the blocks used last, most recent first
+	chunk      recentChunk         // the chunk used last
+	empty      recentBlock         // the block emptied last, still in its chunk (maybe refilled since)
+	zoned      map[netip.Addr]*record
+	n          int // number of claims
+	cursor     netip.Addr
 	// version counts the changes to the pool's claims (PoolVersion).
 	version uint64
 	// watchers are the watches that follow the pool (see watchers).
 	watchers []*watch
+}
+
+// chunkBits is the number of low bits of a block's key that pick its slot in
+// its chunk; chunkSize is the number of slots: a chunk is one cache line of
+// pointers.
+const (
+	chunkBits = 3
+	chunkSize = 1 << chunkBits
+)
+
+// chunk is the blocks among chunkSize consecutive ones that hold a claim (or
+// that were emptied last, see poolClaims.empty), and how many they are.
+type chunk struct {
+	blocks [chunkSize]*block
+	n      int
+}
+
+// recentChunk is poolClaims.chunk: a chunk in chunks and its key, or a nil
+// chunk.
+type recentChunk struct {
+	k blockKey
+	c *chunk
 }
 
 // record is a stored claim without its pool and address, which are its keys:
@@ -64,11 +95,14 @@ const (
 // ones. recs is compact, in no particular order: a Delete moves the last record
 // into the hole it leaves, so that Create and Delete take constant time whatever
 // the order of the addresses.
+//
+// The fields that every Create and Get reads, used, recs and the first half
+// of at, share the block's first cache line.
 type block struct {
 	used uint64          // bit i is set if slot i is claimed
+	recs []record        // len(recs) is the number of bits set in used
 	at   [blockSize]byte // at[i] is the index in recs of slot i's record, if used
 	slot [blockSize]byte // slot[j] is the slot whose record is recs[j]
-	recs []record        // len(recs) is the number of bits set in used
 }
 
 // blockKey identifies a block: the 128-bit address of its first slot shifted
@@ -107,8 +141,22 @@ func (k blockKey) addr(slot uint) netip.Addr {
 	return netip.AddrFrom16(a)
 }
 
+// chunkOf returns the key of the chunk of the block k, and k's slot in it.
+// The flag is4 stays where it is; the rest of the key shifts as one 127-bit
+// number.
+func chunkOf(k blockKey) (blockKey, uint) {
+	hi := k.hi &^ is4
+	return blockKey{hi: hi>>chunkBits | k.hi&is4, lo: k.lo>>chunkBits | hi<<(64-chunkBits)}, uint(k.lo % chunkSize)
+}
+
+// blockOf returns the key of the block in slot i of the chunk ck.
+func blockOf(ck blockKey, i uint) blockKey {
+	hi := ck.hi &^ is4
+	return blockKey{hi: hi<<chunkBits | ck.lo>>(64-chunkBits) | ck.hi&is4, lo: ck.lo<<chunkBits | uint64(i)}
+}
+
 // recentBlock is an entry of poolClaims.recent, or poolClaims.empty: a block in
-// blocks and its key, or a nil block.
+// a chunk and its key, or a nil block.
 type recentBlock struct {
 	k blockKey
 	b *block
@@ -123,11 +171,48 @@ func (p *poolClaims) block(k blockKey) *block {
 		p.recent[0], p.recent[1] = p.recent[1], p.recent[0]
 		return p.recent[0].b
 	}
-	b := p.blocks[k]
+	ck, i := chunkOf(k)
+	c := p.chunkAt(ck)
+	if c == nil {
+		return nil
+	}
+	b := c.blocks[i]
 	if b != nil {
 		p.touch(k, b)
 	}
 	return b
+}
+
+// chunkAt returns the chunk with key ck, or nil if there is none.
+func (p *poolClaims) chunkAt(ck blockKey) *chunk {
+	if p.chunk.c != nil && p.chunk.k == ck {
+		return p.chunk.c
+	}
+	c := p.chunks[ck]
+	if c != nil {
+		p.chunk = recentChunk{ck, c}
+	}
+	return c
+}
+
+// put adds the new block b, with key k, to its chunk, adding the chunk if it
+// is new.
+func (p *poolClaims) put(k blockKey, b *block) {
+	ck, i := chunkOf(k)
+	c := p.chunkAt(ck)
+	if c == nil {
+		if n := len(p.freeChunks); n > 0 {
+			c, p.freeChunks[n-1] = p.freeChunks[n-1], nil
+			p.freeChunks = p.freeChunks[:n-1]
+		} else {
+			c = new(chunk)
+		}
+		p.chunks[ck] = c
+		p.chunk = recentChunk{ck, c}
+	}
+	c.blocks[i] = b
+	c.n++
+	p.touch(k, b)
 }
 
 // touch records that the block b, with key k, was used last.
@@ -174,8 +259,7 @@ func (p *poolClaims) add(ip netip.Addr) *record {
 		} else {
 			b = new(block)
 		}
-		p.blocks[k] = b
-		p.touch(k, b)
+		p.put(k, b)
 	case b.used&(1<<slot) != 0:
 		return nil
 	}
@@ -221,9 +305,16 @@ func (p *poolClaims) remove(ip netip.Addr) {
 }
 
 // drop takes the empty block b, with key k, out of the pool and keeps it for
-// reuse.
+// reuse, and its chunk too if it was the chunk's last block.
 func (p *poolClaims) drop(k blockKey, b *block) {
-	delete(p.blocks, k)
+	ck, i := chunkOf(k)
+	c := p.chunkAt(ck)
+	c.blocks[i] = nil
+	if c.n--; c.n == 0 {
+		delete(p.chunks, ck)
+		p.chunk = recentChunk{}
+		p.freeChunks = append(p.freeChunks, c)
+	}
 	for i := range p.recent {
 		if p.recent[i].b == b {
 			p.recent[i] = recentBlock{}
@@ -235,10 +326,16 @@ func (p *poolClaims) drop(k blockKey, b *block) {
 // list returns every claim of p in a new slice.
 func (p *poolClaims) list() []store.Claim {
 	out := make([]store.Claim, 0, p.n)
-	for k, b := range p.blocks {
-		for used := b.used; used != 0; used &= used - 1 {
-			slot := uint(bits.TrailingZeros64(used))
-			out = append(out, p.claim(k.addr(slot), &b.recs[b.at[slot]]))
+	for ck, c := range p.chunks {
+		for i, b := range c.blocks {
+			if b == nil {
+				continue
+			}
+			k := blockOf(ck, uint(i))
+			for used := b.used; used != 0; used &= used - 1 {
+				slot := uint(bits.TrailingZeros64(used))
+				out = append(out, p.claim(k.addr(slot), &b.recs[b.at[slot]]))
+			}
 		}
 	}
 	for ip, r := range p.zoned {
