@@ -16,14 +16,30 @@ import (
 // Most lookups read an immutable map without a lock. New entries go to a small
 // locked overlay, merged into a new immutable map once the overlay holds a
 // quarter as many entries, so each entry is copied O(1) times on average
-// however many are added one by one. The entry found last is remembered:
-// its users look one name up many times in a row (an allocator serving
-// one pool), and comparing a name costs less than hashing it.
+// however many are added one by one. The entries found last are
+// remembered, in a few slots picked by a name's length and a few of its
+// bytes: its users look a few names up many times over (an allocator
+// serving one pool, or taking turns among a handful), and comparing a name
+// costs less than hashing it and probing a map.
 type Map[V any] struct {
-	read  atomic.Pointer[map[string]*entry[V]]
-	last  atomic.Pointer[entry[V]]
-	mu    sync.Mutex
-	dirty map[string]*entry[V] // entries not yet in read
+	read   atomic.Pointer[map[string]*entry[V]]
+	recent [recentSlots]atomic.Pointer[entry[V]]
+	mu     sync.Mutex
+	dirty  map[string]*entry[V] // entries not yet in read
+}
+
+// recentSlots is the number of entries Map remembers; a power of 2.
+const recentSlots = 16
+
+// slot returns the slot of Map.recent that remembers name. It reads at most
+// three bytes: names that differ only elsewhere share a slot, and take turns.
+func slot(name string) int {
+	n := len(name)
+	if n == 0 {
+		return 0
+	}
+	h := uint(n)*0x9e37 ^ uint(name[n-1])*0x85eb ^ uint(name[n/2])*0xc2b3 ^ uint(name[0])
+	return int(h^h>>7) & (recentSlots - 1)
 }
 
 // entry is one name and its value, made once by GetOrAdd.
@@ -35,12 +51,13 @@ type entry[V any] struct {
 // settled returns the entry of name if it is the last one found or in the
 // settled map, or nil.
 func (m *Map[V]) settled(name string) *entry[V] {
-	if e := m.last.Load(); e != nil && e.name == name {
+	last := &m.recent[slot(name)]
+	if e := last.Load(); e != nil && e.name == name {
 		return e
 	}
 	if r := m.read.Load(); r != nil {
 		if e := (*r)[name]; e != nil {
-			m.last.Store(e)
+			last.Store(e)
 			return e
 		}
 	}

@@ -1,6 +1,7 @@
 package readmap
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,6 +139,31 @@ func BenchmarkAdd(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/add")
+		})
+	}
+}
+
+// BenchmarkGet looks names up in turn among a few, as an allocator serving
+// requests that take turns among a handful of pools does, in a Map that
+// holds a hundred.
+func BenchmarkGet(b *testing.B) {
+	for _, turns := range []int{1, 4, 22} {
+		b.Run(fmt.Sprint("names=", turns), func(b *testing.B) {
+			var m Map[int]
+			names := make([]string, 100)
+			for i := range names {
+				names[i] = fmt.Sprintf("pool-%d", i)
+				m.GetOrAdd(names[i], func(string) int { return i })
+			}
+			i := 0
+			for b.Loop() {
+				if v, ok := m.Get(names[i]); !ok || v != i {
+					b.Fatalf("Get(%q) = %d, %v", names[i], v, ok)
+				}
+				if i++; i == turns {
+					i = 0
+				}
+			}
 		})
 	}
 }
