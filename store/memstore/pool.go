@@ -18,8 +18,8 @@ import (
 // own for each. Blocks are found through chunks of chunkSize consecutive
 // blocks, in a map by the address with its low chunkBits+blockBits bits
 // cleared: a pool of a million addresses has a couple of thousand chunks,
-// whose map stays in the processor's caches, where a map of its blocks, eight
-// times as many entries of a larger size, would not. Finding a block then
+// whose map stays in the processor's caches, where a map of its blocks, with
+// eight times as many entries, would not. Finding a block then
 // costs a read of its chunk's slot, not a miss in the map's control word and
 // another in its entry. The chunk and the two blocks used last are
 // remembered, which spares even that while an allocator's claims stay in one
@@ -53,8 +53,10 @@ type poolClaims struct {
 }
 
 // chunkBits is the number of low bits of a block's key that pick its slot in
-// its chunk; chunkSize is the number of slots: a chunk is one cache line of
-// pointers.
+// its chunk; chunkSize is the number of slots: a chunk is a cache line of
+// pointers and a count. More slots would spare more of the map, and cost
+// more to a claim alone in its chunk, as a scattered IPv6 address is (see
+// TestMemory).
 const (
 	chunkBits = 3
 	chunkSize = 1 << chunkBits
