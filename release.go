@@ -33,7 +33,8 @@ func (a *Allocator) Release(ctx context.Context, owner store.Owner) error {
 // name if Stable, else its UID, else its container ID. A Stable owner
 // releases only the claims that name its UID (if it has one): a late release
 // from an earlier pod of the same name leaves the current pod's addresses
-// alone. An owner not marked Stable but with a UID also releases the stable
+// alone, and with owner.Interface set, the fallback to claims that record
+// no interface looks at that pod's claims only. An owner not marked Stable but with a UID also releases the stable
 // claims that name that UID, so a caller that forgot the flag still frees
 // them.
 func (a *Allocator) ReleaseAt(ctx context.Context, owner store.Owner, now time.Time) error {
@@ -81,15 +82,17 @@ func (a *Allocator) selectOwned(ctx context.Context, owner store.Owner) ([]store
 	if err != nil {
 		return nil, ownerFilter{}, err
 	}
+	f := ownerFilter{q: q}
+	if owner.Stable && owner.UID != "" {
+		// The pod asked for, not the name's other incarnations; first, so
+		// that their claims do not decide which of its own it has.
+		f.uid = owner.UID
+		held = slices.DeleteFunc(held, func(c store.Claim) bool { return c.Owner.UID != owner.UID })
+	}
 	if q.Interface != "" && slices.ContainsFunc(held, func(c store.Claim) bool { return c.Owner.Interface == q.Interface }) {
 		// Claims of the interface itself: those that record none are
 		// another interface's fallback, not this one's.
 		held = slices.DeleteFunc(held, func(c store.Claim) bool { return c.Owner.Interface == "" })
-	}
-	f := ownerFilter{q: q}
-	if owner.Stable && owner.UID != "" {
-		f.uid = owner.UID
-		held = slices.DeleteFunc(held, func(c store.Claim) bool { return c.Owner.UID != owner.UID })
 	}
 	return held, f, nil
 }

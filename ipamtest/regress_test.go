@@ -232,3 +232,41 @@ func TestWritersLegacyClaimReleased(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, left, "claims of container c1 left after its DEL")
 }
+
+// A StatefulSet pod's old incarnation, gone without its DEL, holds a claim
+// that records no interface (imported from Spiderpool); its new incarnation
+// (same name, new UID) has since taken a claim on net1. A lookup or DEL of
+// the old incarnation's net1 must find the old incarnation's claim, the one
+// that serves net1 for want of its own: the claims of the UID asked for are
+// chosen first, and only among them those of the interface before those that
+// record none. Library bug: Allocator.Lookup and ReleaseAt dropped the claims
+// recording no interface because the name's claims included one on net1 (the
+// new incarnation's), then dropped that one for its UID, and answered
+// nothing. TestManyWriters seed 5003 (-writers.seeds 6000) ran into it.
+func TestWritersStableLookupByUID(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	src := ipamtest.NewSource(
+		ipamtest.V4Pool("p", "10.0.0.0/24", ipamtest.Span("10.0.0.10", "10.0.0.19")),
+		ipamtest.V4Pool("q", "10.1.0.0/24", ipamtest.Span("10.1.0.10", "10.1.0.19")))
+	al := allocator(t, src, st, 0)
+	old := store.Owner{Namespace: "team", Name: "db-1", UID: "u-old", Stable: true}
+	recent := store.Owner{Namespace: "team", Name: "db-1", UID: "u-new", Stable: true, Interface: "net1"}
+	imported, err := st.Create(ctx, store.Claim{Pool: "p", IP: netip.MustParseAddr("10.0.0.10"), Owner: old, Time: t0})
+	require.NoError(t, err)
+	_, err = st.Create(ctx, store.Claim{Pool: "q", IP: netip.MustParseAddr("10.1.0.10"), Owner: recent, Time: t0})
+	require.NoError(t, err)
+
+	asked := old
+	asked.Interface = "net1"
+	got, err := al.Lookup(ctx, asked)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "lookup of the old incarnation on net1: %v", got)
+	require.Equal(t, imported.IP, got[0].IP)
+
+	require.NoError(t, al.ReleaseAt(ctx, asked, t0))
+	left, err := st.Owned(ctx, store.ByName("team", "db-1"))
+	require.NoError(t, err)
+	require.Len(t, left, 1, "after the old incarnation's DEL on net1: %v", left)
+	require.Equal(t, "u-new", left[0].Owner.UID, "the new incarnation's claim must stay")
+}

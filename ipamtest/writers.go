@@ -529,20 +529,20 @@ func (s *Sim) lookupOne() bool {
 }
 
 // storeLookup returns what Allocator.Lookup must return for owner, from the
-// Store's Owned: the claims of its identity; for an interface, those that
-// record it, or if there are none, those that record no interface; for a
-// stable owner with a UID, those that name that UID.
+// Store's Owned: the claims of its identity; for a stable owner with a UID,
+// those that name that UID; then, for an interface, those that record it,
+// or if there are none, those that record no interface.
 func (s *Sim) storeLookup(owner store.Owner) ([]store.Claim, error) {
 	q := owner.Query()
 	cs, err := s.inner.Owned(s.ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	if q.Interface != "" && slices.ContainsFunc(cs, func(c store.Claim) bool { return c.Owner.Interface == q.Interface }) {
-		cs = slices.DeleteFunc(cs, func(c store.Claim) bool { return c.Owner.Interface == "" })
-	}
 	if owner.Stable && owner.UID != "" {
 		cs = slices.DeleteFunc(cs, func(c store.Claim) bool { return c.Owner.UID != owner.UID })
+	}
+	if q.Interface != "" && slices.ContainsFunc(cs, func(c store.Claim) bool { return c.Owner.Interface == q.Interface }) {
+		cs = slices.DeleteFunc(cs, func(c store.Claim) bool { return c.Owner.Interface == "" })
 	}
 	slices.SortFunc(cs, func(a, b store.Claim) int { return compareKeys(claimKey{a.Pool, a.IP}, claimKey{b.Pool, b.IP}) })
 	return cs, nil
