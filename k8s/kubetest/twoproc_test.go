@@ -115,7 +115,13 @@ func childMain() int {
 		report(op)
 		return op, err == nil
 	}
-	var toRelease []string
+	// Every fourth pod stays, to hold addresses through the pool edits and
+	// the restart, until its pools are exhausted: an allocation that finds
+	// no pool with room lets the oldest of them go. So the pools fill and
+	// allocations meet exhausted pools, as they did before that rule, but a
+	// long run (-twoproc.duration, a soak) no longer fills them for good
+	// and leaves nothing to allocate once the server is back.
+	var toRelease, kept []string
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
@@ -134,16 +140,21 @@ func childMain() int {
 		default:
 		}
 		uid := fmt.Sprintf("%s-%d", node, i)
-		_, ok := call(childOp{Op: "allocate", UID: uid}, func(ctx context.Context) (ipam.Result, error) {
+		op, ok := call(childOp{Op: "allocate", UID: uid}, func(ctx context.Context) (ipam.Result, error) {
 			return a.Allocate(ctx, ipam.Request{Namespace: "tp", Name: uid, UID: uid, Node: node,
 				Annotations: map[string]string{"ipam.spidernet.io/ippool": `{"ipv4": ["tp-a", "tp-b"]}`},
 				Interfaces:  []ipam.Interface{{Name: "eth0"}}})
 		})
 		switch {
 		case !ok:
+			if op.NoPool && len(kept) > 0 {
+				toRelease, kept = append(toRelease, kept[0]), kept[1:]
+			}
 			time.Sleep(20 * time.Millisecond) // the server may be down
 		case i%4 != 0:
 			toRelease = append(toRelease, uid)
+		default:
+			kept = append(kept, uid)
 		}
 		// Release what is due; a release that fails is tried again next
 		// round (it may or may not have happened).
