@@ -34,9 +34,9 @@ func (a *Allocator) Release(ctx context.Context, owner store.Owner) error {
 // releases only the claims that name its UID (if it has one): a late release
 // from an earlier pod of the same name leaves the current pod's addresses
 // alone, and with owner.Interface set, the fallback to claims that record
-// no interface looks at that pod's claims only. An owner not marked Stable but with a UID also releases the stable
-// claims that name that UID, so a caller that forgot the flag still frees
-// them.
+// no interface looks at that pod's claims only. An owner not marked Stable
+// but with a UID also releases the stable claims that name that UID, so a
+// caller that forgot the flag still frees them.
 func (a *Allocator) ReleaseAt(ctx context.Context, owner store.Owner, now time.Time) error {
 	if ctx == nil {
 		return errNilContext

@@ -48,8 +48,8 @@ type entry[V any] struct {
 	v    V
 }
 
-// settled returns the entry of name if it is the last one found or in the
-// settled map, or nil.
+// settled returns the entry of name if its slot of recent remembers it or
+// the settled map holds it, or nil.
 func (m *Map[V]) settled(name string) *entry[V] {
 	last := &m.recent[slot(name)]
 	if e := last.Load(); e != nil && e.name == name {

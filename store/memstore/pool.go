@@ -203,18 +203,26 @@ func (p *poolClaims) put(k blockKey, b *block) {
 	ck, i := chunkOf(k)
 	c := p.chunkAt(ck)
 	if c == nil {
-		if n := len(p.freeChunks); n > 0 {
-			c, p.freeChunks[n-1] = p.freeChunks[n-1], nil
-			p.freeChunks = p.freeChunks[:n-1]
-		} else {
-			c = new(chunk)
-		}
+		c = take(&p.freeChunks)
 		p.chunks[ck] = c
 		p.chunk = recentChunk{ck, c}
 	}
 	c.blocks[i] = b
 	c.n++
 	p.touch(k, b)
+}
+
+// take removes the last of the kept items in free and returns it, or returns
+// a new one if none is kept.
+func take[T any](free *[]*T) *T {
+	n := len(*free)
+	if n == 0 {
+		return new(T)
+	}
+	x := (*free)[n-1]
+	(*free)[n-1] = nil
+	*free = (*free)[:n-1]
+	return x
 }
 
 // touch records that the block b, with key k, was used last.
@@ -255,12 +263,7 @@ func (p *poolClaims) add(ip netip.Addr) *record {
 	b := p.block(k)
 	switch {
 	case b == nil:
-		if n := len(p.free); n > 0 {
-			b, p.free[n-1] = p.free[n-1], nil
-			p.free = p.free[:n-1]
-		} else {
-			b = new(block)
-		}
+		b = take(&p.free)
 		p.put(k, b)
 	case b.used&(1<<slot) != 0:
 		return nil
