@@ -28,7 +28,8 @@ import (
 var (
 	writersSeeds     = flag.Int("writers.seeds", 1000, "how many seeded histories TestManyWriters runs over memstore")
 	writersHostLocal = flag.Int("writers.hostlocal", 50, "how many more seeded histories TestManyWriters runs host-local style over store/filestore, two agents in other processes")
-	writersSeed      = flag.Uint64("writers.seed", 0, "replay only this seed of TestManyWriters (a host-local one if above -writers.seeds), printing its whole history")
+	writersFirst     = flag.Uint64("writers.first", 1, "the first seed TestManyWriters runs over memstore; it runs writers.seeds seeds from it, then the host-local ones after them")
+	writersSeed      = flag.Uint64("writers.seed", 0, "replay only this seed of TestManyWriters (a host-local one if it comes after the memstore seeds that -writers.first and -writers.seeds give), printing its whole history")
 	writersFailFast  = flag.Bool("writers.failfast", false, "stop TestManyWriters at the first seed that fails")
 	writersStore     = flag.String("writers.store", "", "run TestManyWriters with this broken Store wrapped around every agent's (see storeMutants)")
 )
@@ -188,7 +189,7 @@ func TestManyWriters(t *testing.T) {
 	}
 	if *writersSeed != 0 {
 		seeds, hostLocal = 1, 0
-		if *writersSeed > uint64(*writersSeeds) {
+		if *writersSeed >= *writersFirst+uint64(*writersSeeds) {
 			seeds, hostLocal = 0, 1
 		}
 	}
@@ -210,7 +211,7 @@ func TestManyWriters(t *testing.T) {
 				if i >= seeds+hostLocal {
 					return
 				}
-				r := writersRun{seed: uint64(i) + 1, broken: broken}
+				r := writersRun{seed: *writersFirst + uint64(i), broken: broken}
 				if *writersSeed != 0 {
 					r.seed = *writersSeed
 				}
@@ -253,9 +254,10 @@ func TestManyWriters(t *testing.T) {
 		slices.Sort(failures)
 		t.Fatalf("%d of %d seeds failed: %v (replay one with -run TestManyWriters -writers.seed=N)", len(failures), seeds+hostLocal, failures)
 	}
-	t.Logf("memstore: %d seeds x %d steps: %+v", seeds, *simSteps, total)
+	first := *writersFirst
+	t.Logf("memstore: %d seeds (%d to %d) x %d steps: %+v", seeds, first, first+uint64(seeds)-1, *simSteps, total)
 	t.Logf("filestore, host-local style, two more agents in other processes: %d seeds (%d to %d) x %d steps: %+v",
-		hostLocal, seeds+1, seeds+hostLocal, *simSteps, hlTotal)
+		hostLocal, first+uint64(seeds), first+uint64(seeds+hostLocal)-1, *simSteps, hlTotal)
 	// The runs must have exercised what they are meant to check.
 	for name, n := range map[string]int{
 		"lookups": total.Lookups, "imports": total.Imports, "adopted imports": total.Adopted,
