@@ -1,6 +1,7 @@
-// Package etcdtest runs etcd members inside the test process, on 127.0.0.1,
-// for the tests of package etcdstore and of programs that use it: one member,
-// or a cluster of several whose members a test stops and restarts.
+// Package etcdtest runs etcd members on 127.0.0.1, inside the test process
+// or each in a child process of its own, for the tests of package etcdstore
+// and of programs that use it: one member, or a cluster of several whose
+// members a test stops and restarts.
 //
 // It is a module of its own, apart from etcdstore, because it imports the etcd
 // server (go.etcd.io/etcd/server/v3/embed): users of etcdstore never compile
@@ -11,9 +12,18 @@
 // package (in TestMain) and give each test a key prefix of its own. Members
 // store their data in a directory the caller names, with fsync off: test
 // data only.
+//
+// With Options.Processes, each member runs in a child process: the test
+// binary run again (os.Executable) with the environment variable
+// ETCDTEST_MEMBER set to the member's settings. This package's init notices
+// the variable and runs the member instead of the program, so the test
+// binary needs no wiring: init runs before TestMain and main. Killing such a
+// member is a real crash (SIGKILL). A member's process exits when the
+// process that started it does.
 package etcdtest
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -24,6 +34,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -46,6 +57,14 @@ type Options struct {
 	// so often, keeping that much of it (etcd's periodic
 	// auto-compaction). Zero keeps every revision.
 	CompactEvery time.Duration
+	// Processes runs each member in a child process of its own (see the
+	// package comment), rather than in this one: Member.Kill kills it with
+	// SIGKILL, a real crash, where in this process it can only stop the
+	// server at once, which etcd does not always survive (a watch may read
+	// the closed backend and panic: etcd-io/etcd#14256, #17223). Starting
+	// and restarting members is slower, and the leader is found by asking
+	// the members over their client ports. It cannot be used with TLS.
+	Processes bool
 }
 
 // TLS is how members serve their clients over TLS: PEM files of the server
@@ -58,11 +77,12 @@ type TLS struct {
 	ClientCertAuth bool
 }
 
-// Cluster is a set of etcd members in this process. Its methods are safe for
-// concurrent use.
+// Cluster is a set of etcd members, in this process or in child processes.
+// Its methods are safe for concurrent use.
 type Cluster struct {
 	Members []*Member
-	tempDir string // removed by Close
+	tempDir string           // removed by Close
+	status  *clientv3.Client // with Processes: asks members their status
 }
 
 // Member is one etcd member of a Cluster, running or stopped. Its methods are
@@ -71,16 +91,85 @@ type Member struct {
 	Name      string
 	clientURL url.URL
 	peerURL   url.URL
-	newConfig func() *embed.Config
+	settings  memberSettings
+	tls       *TLS
+	// status, with Options.Processes, asks members their status; nil
+	// when members run in this process.
+	status *clientv3.Client
 
 	mu      sync.Mutex
-	e       *embed.Etcd    // nil while stopped
+	e       *embed.Etcd    // nil while stopped, or with Processes
+	p       *process       // with Processes: nil while stopped
 	closing sync.WaitGroup // Close calls of killed servers
+}
+
+// memberSettings are a member's configuration: everything of its
+// embed.Config that this package sets but TLS. A member in a child process
+// gets them as JSON.
+type memberSettings struct {
+	Name, Dir                             string
+	ClientURL, PeerURL                    string
+	InitialCluster                        string
+	TickMs, ElectionMs                    uint
+	CompactEvery                          time.Duration
+	SnapshotCount, SnapshotCatchUpEntries uint64
+}
+
+// config returns the embed.Config of the member that s describes.
+func (s *memberSettings) config() (*embed.Config, error) {
+	cu, err := url.Parse(s.ClientURL)
+	if err != nil {
+		return nil, fmt.Errorf("member %s: client URL: %w", s.Name, err)
+	}
+	pu, err := url.Parse(s.PeerURL)
+	if err != nil {
+		return nil, fmt.Errorf("member %s: peer URL: %w", s.Name, err)
+	}
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = s.Name, s.Dir
+	cfg.UnsafeNoFsync = true // test data only
+	cfg.TickMs, cfg.ElectionMs = s.TickMs, s.ElectionMs
+	cfg.SnapshotCount, cfg.SnapshotCatchUpEntries = s.SnapshotCount, s.SnapshotCatchUpEntries
+	if s.CompactEvery > 0 {
+		cfg.AutoCompactionMode = "periodic"
+		cfg.AutoCompactionRetention = s.CompactEvery.String()
+	}
+	cfg.Logger = "zap"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = s.InitialCluster
+	cfg.InitialClusterToken = "etcdtest"
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	return cfg, nil
+}
+
+// newConfig returns m's embed.Config.
+func (m *Member) newConfig() (*embed.Config, error) {
+	cfg, err := m.settings.config()
+	if err != nil {
+		return nil, err
+	}
+	if m.tls != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{
+			CertFile:       m.tls.CertFile,
+			KeyFile:        m.tls.KeyFile,
+			TrustedCAFile:  m.tls.TrustedCAFile,
+			ClientCertAuth: m.tls.ClientCertAuth,
+		}
+	}
+	return cfg, nil
 }
 
 // Start starts a cluster and waits until every member is ready (a leader is
 // elected and every member has joined).
 func Start(opts Options) (*Cluster, error) {
+	if opts.Processes && opts.TLS != nil {
+		// The members would serve over TLS, but asking them their status
+		// needs a client that trusts them, and maybe a client
+		// certificate: etcdtest has neither.
+		return nil, errors.New("etcdtest: Options.Processes and Options.TLS cannot be used together")
+	}
 	n := max(opts.Members, 1)
 	tick, election := opts.TickMs, opts.ElectionMs
 	if tick == 0 {
@@ -119,33 +208,30 @@ func Start(opts Options) (*Cluster, error) {
 		c.Members = append(c.Members, m)
 	}
 	for _, m := range c.Members {
-		m.newConfig = func() *embed.Config {
-			cfg := embed.NewConfig()
-			cfg.Name, cfg.Dir = m.Name, filepath.Join(dir, m.Name)
-			cfg.UnsafeNoFsync = true // test data only
-			cfg.TickMs, cfg.ElectionMs = tick, election
+		m.settings = memberSettings{
+			Name:           m.Name,
+			Dir:            filepath.Join(dir, m.Name),
+			ClientURL:      m.clientURL.String(),
+			PeerURL:        m.peerURL.String(),
+			InitialCluster: strings.Join(initial, ","),
+			TickMs:         tick,
+			ElectionMs:     election,
+			CompactEvery:   opts.CompactEvery,
 			// Snapshot often, so that a restart replays a short log.
-			cfg.SnapshotCount, cfg.SnapshotCatchUpEntries = 2000, 1000
-			if opts.CompactEvery > 0 {
-				cfg.AutoCompactionMode = "periodic"
-				cfg.AutoCompactionRetention = opts.CompactEvery.String()
-			}
-			cfg.Logger = "zap"
-			cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-			cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{m.clientURL}, []url.URL{m.clientURL}
-			cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{m.peerURL}, []url.URL{m.peerURL}
-			cfg.InitialCluster = strings.Join(initial, ",")
-			cfg.InitialClusterToken = "etcdtest"
-			cfg.ClusterState = embed.ClusterStateFlagNew
-			if opts.TLS != nil {
-				cfg.ClientTLSInfo = transport.TLSInfo{
-					CertFile:       opts.TLS.CertFile,
-					KeyFile:        opts.TLS.KeyFile,
-					TrustedCAFile:  opts.TLS.TrustedCAFile,
-					ClientCertAuth: opts.TLS.ClientCertAuth,
-				}
-			}
-			return cfg
+			SnapshotCount:          2000,
+			SnapshotCatchUpEntries: 1000,
+		}
+		m.tls = opts.TLS
+	}
+	if opts.Processes {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Logger: zap.NewNop()})
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("etcdtest: status client: %w", err)
+		}
+		c.status = cli
+		for _, m := range c.Members {
+			m.status = cli
 		}
 	}
 	// One after another, not at once: a member that has bound its peer port
@@ -179,35 +265,42 @@ func freeAddr() (string, error) {
 // startTimeout bounds how long a member may take to become ready.
 const startTimeout = 30 * time.Second
 
-// start starts m's server, without waiting for it to be ready. Binding the
-// ports is tried again for a while: a port this process just closed, or
-// that another took for a moment, can be busy.
+// start starts m's server, or its process, without waiting for it to be
+// ready. Binding the ports is tried again for a while: a port this process
+// just closed, or that another took for a moment, can be busy.
 func (m *Member) start() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.status != nil {
+		if m.p != nil && !m.p.exited() {
+			return fmt.Errorf("member %s: already running", m.Name)
+		}
+		p, err := m.startProcess()
+		if err != nil {
+			return err
+		}
+		m.p = p
+		return nil
+	}
 	if m.e != nil {
 		return fmt.Errorf("member %s: already running", m.Name)
 	}
-	var err error
-	for try := 0; try < 50; try++ {
-		var e *embed.Etcd
-		if e, err = embed.StartEtcd(m.newConfig()); err == nil {
-			m.e = e
-			return nil
-		}
-		if !strings.Contains(err.Error(), "address already in use") {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	e, err := startEmbed(m.newConfig)
+	if err != nil {
+		return fmt.Errorf("member %s: start: %w", m.Name, err)
 	}
-	return fmt.Errorf("member %s: start: %w", m.Name, err)
+	m.e = e
+	return nil
 }
 
 // waitReady waits until m serves clients.
 func (m *Member) waitReady() error {
 	m.mu.Lock()
-	e := m.e
+	e, p := m.e, m.p
 	m.mu.Unlock()
+	if p != nil {
+		return m.waitProcessReady(p)
+	}
 	if e == nil {
 		return fmt.Errorf("member %s: not running", m.Name)
 	}
@@ -257,7 +350,14 @@ func (c *Cluster) WaitLeader(timeout time.Duration) (*Member, error) {
 
 // agree reports whether every running member names l as the leader.
 func (c *Cluster) agree(l *Member) bool {
+	if c.status != nil {
+		return c.agreeProcesses(l)
+	}
 	l.mu.Lock()
+	if l.e == nil { // killed since
+		l.mu.Unlock()
+		return false
+	}
 	id := l.e.Server.MemberID()
 	l.mu.Unlock()
 	for _, m := range c.Members {
@@ -265,6 +365,26 @@ func (c *Cluster) agree(l *Member) bool {
 		ok := m.e == nil || m.e.Server.Leader() == id
 		m.mu.Unlock()
 		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// agreeProcesses is agree for members in child processes: it asks each
+// member whom it knows as the leader.
+func (c *Cluster) agreeProcesses(l *Member) bool {
+	st := l.processStatus()
+	if st == nil || st.Leader == 0 || st.Leader != st.Header.MemberId {
+		return false
+	}
+	for _, m := range c.Members {
+		if m == l || !m.Running() {
+			continue
+		}
+		// A member killed meanwhile does not answer: WaitLeader asks
+		// again.
+		if s := m.processStatus(); s == nil || s.Leader != st.Leader {
 			return false
 		}
 	}
@@ -279,6 +399,9 @@ func (c *Cluster) Close() {
 		wg.Go(m.Close)
 	}
 	wg.Wait()
+	if c.status != nil {
+		c.status.Close()
+	}
 	if c.tempDir != "" {
 		os.RemoveAll(c.tempDir)
 	}
@@ -287,15 +410,25 @@ func (c *Cluster) Close() {
 // ClientURL returns the member's client URL.
 func (m *Member) ClientURL() string { return m.clientURL.String() }
 
-// Running reports whether the member is running.
+// Running reports whether the member is running: started and not stopped
+// since, and with Options.Processes, its process has not exited.
 func (m *Member) Running() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.p != nil {
+		return !m.p.exited()
+	}
 	return m.e != nil
 }
 
-// IsLeader reports whether the member is running and is the leader.
+// IsLeader reports whether the member is running and is the leader. With
+// Options.Processes it asks the member, and reports false if it does not
+// answer within a second.
 func (m *Member) IsLeader() bool {
+	if m.status != nil {
+		st := m.processStatus()
+		return st != nil && st.Leader != 0 && st.Leader == st.Header.MemberId
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.e != nil && m.e.Server.Leader() == m.e.Server.MemberID()
@@ -305,17 +438,25 @@ func (m *Member) IsLeader() bool {
 // finishing its requests: the nearest thing to a crash in one process. Its
 // data stays for Restart. Killing a stopped member does nothing.
 //
-// Kill returns once the server has stopped and its ports are closed, so
-// that Restart can have them again at once. Its connections are closed in
-// the background: the server waits up to a second for its peers to hang up,
-// and up to its request timeout (about 5 s) for streams such as watches to
-// end; meanwhile, what clients send on them fails, as the server has
-// stopped.
+// In this process, Kill returns once the server has stopped and its ports
+// are closed, so that Restart can have them again at once. Its connections
+// are closed in the background: the server waits up to a second for its
+// peers to hang up, and up to its request timeout (about 5 s) for streams
+// such as watches to end; meanwhile, what clients send on them fails, as
+// the server has stopped.
+//
+// With Options.Processes, Kill kills the member's process with SIGKILL, a
+// real crash, and returns once it has exited: its connections are closed
+// then, and its ports free.
 func (m *Member) Kill() {
 	m.mu.Lock()
-	e := m.e
-	m.e = nil
+	e, p := m.e, m.p
+	m.e, m.p = nil, nil
 	m.mu.Unlock()
+	if p != nil {
+		p.kill()
+		return
+	}
 	if e == nil {
 		return
 	}
@@ -332,11 +473,18 @@ func (m *Member) Kill() {
 // Close stops the member gracefully, handing over leadership if it leads,
 // and waits until its listeners are closed. Closing a stopped member only
 // waits for that.
+//
+// With Options.Processes, Close sends the member's process SIGTERM and
+// waits until it has exited; if it takes more than 10 s, it kills it.
+// Close reports on os.Stderr a process that did not exit cleanly.
 func (m *Member) Close() {
 	m.mu.Lock()
-	e := m.e
-	m.e = nil
+	e, p := m.e, m.p
+	m.e, m.p = nil, nil
 	m.mu.Unlock()
+	if p != nil {
+		p.close(m.Name)
+	}
 	if e != nil {
 		e.Close()
 	}
@@ -344,7 +492,8 @@ func (m *Member) Close() {
 }
 
 // Restart starts a stopped member again on its data and its ports, and
-// waits until it serves clients (which needs a quorum).
+// waits until it serves clients (which needs a quorum). With
+// Options.Processes, it starts a new process.
 func (m *Member) Restart() error {
 	if err := m.start(); err != nil {
 		return err
