@@ -84,29 +84,24 @@ func runMember(settings string) int {
 	if err != nil {
 		return fail("member %s: start: %v", s.Name, err)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		return fail("member %s: %v", s.Name, err)
-	case <-e.Server.StopNotify():
-		e.Close()
-		return fail("member %s: stopped before it was ready", s.Name)
-	case <-stop:
-		e.Close()
-		return 0
-	}
-	fmt.Println(readyLine)
-	select {
-	case err := <-e.Err():
-		e.Close()
-		return fail("member %s: %v", s.Name, err)
-	case <-e.Server.StopNotify():
-		e.Close()
-		return fail("member %s: the server stopped by itself", s.Name)
-	case <-stop:
-		e.Close()
-		return 0
+	// Wait for the member to be ready, say so, then wait for the end: once
+	// ready has fired it is nil, which select never receives from.
+	ready := e.Server.ReadyNotify()
+	for {
+		select {
+		case <-ready:
+			fmt.Println(readyLine)
+			ready = nil
+		case err := <-e.Err():
+			e.Close()
+			return fail("member %s: %v", s.Name, err)
+		case <-e.Server.StopNotify():
+			e.Close()
+			return fail("member %s: the server stopped by itself (ready: %t)", s.Name, ready == nil)
+		case <-stop:
+			e.Close()
+			return 0
+		}
 	}
 }
 
