@@ -56,8 +56,9 @@ func Example() {
 	}
 	fmt.Printf("node 0: web-1 has %s (reused: %t)\n", res.IPs[0].Address, res.IPs[0].Reused)
 
-	// With no member left, calls fail with ErrUnavailable.
-	cluster.Members[0].Kill()
+	// With no member left, calls fail with ErrUnavailable. (Close stops the
+	// member as an operator would; Kill, a crash, is for fault tests.)
+	cluster.Members[0].Close()
 	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	err = nodes[1].Release(ctx, store.Owner{Namespace: "default", Name: "web-1", UID: "uid-web-1"})
