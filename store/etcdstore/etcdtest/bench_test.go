@@ -173,11 +173,15 @@ func rawCreate(cli *clientv3.Client, key string) error {
 // shared machine, whose speed changes from one second to the next: each
 // round has n clients make roundOps raw create-if-absent transactions each,
 // on new keys, then n Allocators make roundOps allocations each, on a pool
-// of their own or, with Spread values of their own, on one pool they share.
-// A round takes about a second, so both kinds meet the same machine; each
-// kind's rate is its requests over the time of its phases, and
-// alloc/raw-% is their ratio, which the etcdstore target puts at 70 % or
-// more.
+// of their own or, with Spread values of their own, on one pool they share,
+// then n etcdstore Stores, with no Allocator, make roundOps CreateExclusive
+// calls each, on an address of their own for a new owner: the transaction
+// an allocation sends (the claim, its owner record and the pool's cursor),
+// alone. A round takes about a second, so every kind meets the same
+// machine; each kind's rate is its requests over the time of its phases.
+// alloc/raw-% is the ratio the etcdstore target puts at 70 % or more;
+// store/raw-% says how much of the distance to raw is that transaction's
+// own cost on the server, and alloc/store-% how much the Allocator adds.
 func BenchmarkEtcdRounds(b *testing.B) {
 	c := benchCluster.get(b)
 	for _, tc := range []struct {
@@ -192,8 +196,9 @@ func BenchmarkEtcdRounds(b *testing.B) {
 				clis[i] = rawClient(b, c.Endpoints())
 			}
 			prefix := benchPrefix(b, c.Endpoints())
+			stores := benchStores(b, c.Endpoints(), tc.n)
 			var next atomic.Int64
-			var rawTime, allocTime time.Duration
+			var rawTime, allocTime, storeTime time.Duration
 			b.ReportAllocs()
 			for b.Loop() {
 				rawTime += phase(b, tc.n, func(g int) error {
@@ -206,12 +211,17 @@ func BenchmarkEtcdRounds(b *testing.B) {
 					}
 					return benchAllocateOne(as[g], pool, next.Add(1))
 				})
+				storeTime += phase(b, tc.n, func(g int) error {
+					return benchCreateOne(stores[g], g, next.Add(1))
+				})
 			}
 			ops := float64(b.N * tc.n * roundOps)
-			raw, alloc := ops/rawTime.Seconds(), ops/allocTime.Seconds()
+			raw, alloc, st := ops/rawTime.Seconds(), ops/allocTime.Seconds(), ops/storeTime.Seconds()
 			b.ReportMetric(raw, "raw-txn/s")
 			b.ReportMetric(alloc, "allocs/s")
 			b.ReportMetric(100*alloc/raw, "alloc/raw-%")
+			b.ReportMetric(100*st/raw, "store/raw-%")
+			b.ReportMetric(100*alloc/st, "alloc/store-%")
 			b.ReportMetric(float64(conflicts.Load())/ops, "conflicts/alloc")
 		})
 	}
@@ -269,6 +279,35 @@ func benchAllocateOne(a *ipam.Allocator, pool string, n int64) error {
 	owner := "pod-" + strconv.FormatInt(n, 10)
 	_, err := a.Allocate(context.Background(), ipam.Request{Namespace: "bench", Name: owner, UID: owner,
 		Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{pool}}}})
+	return err
+}
+
+// benchStores returns n etcdstore Stores, each with a client of its own,
+// under a new prefix.
+func benchStores(b *testing.B, endpoints []string, n int) []*etcdstore.Store {
+	prefix := benchPrefix(b, endpoints)
+	stores := make([]*etcdstore.Store, n)
+	for i := range stores {
+		s, err := etcdstore.New(etcdstore.Options{Endpoints: endpoints, Prefix: prefix})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		stores[i] = s
+	}
+	return stores
+}
+
+// benchCreateOne creates, as an Allocator's allocation does (the claim, its
+// owner record and the pool's cursor, in one transaction), the claim of a
+// new owner numbered n on an address of pool p<g>: the n-th of
+// <11+g>.0.0.0/8, so that the addresses of a goroutine come in order, as
+// round-robin takes them.
+func benchCreateOne(s *etcdstore.Store, g int, n int64) error {
+	owner := "pod-" + strconv.FormatInt(n, 10)
+	ip := netip.AddrFrom4([4]byte{byte(11 + g), byte(n >> 16), byte(n >> 8), byte(n)})
+	_, err := s.CreateExclusive(context.Background(), store.Claim{Pool: "p" + strconv.Itoa(g), IP: ip,
+		Owner: store.Owner{Namespace: "bench", Name: owner, UID: owner, Interface: "eth0"}, Time: time.Now()})
 	return err
 }
 
