@@ -288,12 +288,7 @@ func benchStores(b *testing.B, endpoints []string, n int) []*etcdstore.Store {
 	prefix := benchPrefix(b, endpoints)
 	stores := make([]*etcdstore.Store, n)
 	for i := range stores {
-		s, err := etcdstore.New(etcdstore.Options{Endpoints: endpoints, Prefix: prefix})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		stores[i] = s
+		stores[i] = openAt(b, endpoints, prefix)
 	}
 	return stores
 }
@@ -327,12 +322,7 @@ func benchAllocators(b *testing.B, endpoints []string, n int, follow, spread boo
 	conflicts := new(atomic.Int64)
 	as := make([]*ipam.Allocator, n)
 	for i := range as {
-		s, err := etcdstore.New(etcdstore.Options{Endpoints: endpoints, Prefix: prefix})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		opts := ipam.Options{Pools: cat, Store: counting{s, conflicts}}
+		opts := ipam.Options{Pools: cat, Store: counting{openAt(b, endpoints, prefix), conflicts}}
 		if spread {
 			opts.Spread = fmt.Sprintf("agent-%d", i)
 		}

@@ -84,7 +84,14 @@ func newPrefix(t testing.TB) string {
 // when t ends.
 func open(t testing.TB, c *etcdtest.Cluster, prefix string) *etcdstore.Store {
 	t.Helper()
-	s, err := etcdstore.New(etcdstore.Options{Endpoints: c.Endpoints(), Prefix: prefix})
+	return openAt(t, c.Endpoints(), prefix)
+}
+
+// openAt returns a Store on endpoints under prefix, with a client of its
+// own, closed when t ends.
+func openAt(t testing.TB, endpoints []string, prefix string) *etcdstore.Store {
+	t.Helper()
+	s, err := etcdstore.New(etcdstore.Options{Endpoints: endpoints, Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
