@@ -191,8 +191,8 @@ func CreateAndSetCursor(ctx context.Context, s Store, c Claim, cursorFailed func
 	return c, err
 }
 
-// Validate reports whether c is fit to be stored: a pool name, a valid address
-// and an owner.
+// Validate reports whether c is fit to be stored: a pool name, a valid address,
+// an owner, and a time (if any) within years 0 to 9999.
 func (c Claim) Validate() error {
 	var errs []error
 	if c.Pool == "" {
@@ -206,6 +206,11 @@ func (c Claim) Validate() error {
 	}
 	if c.Owner.Stable && c.Owner.Name == "" {
 		errs = append(errs, fmt.Errorf("claim %s: a stable owner needs a name", c.IP))
+	}
+	if y := c.Time.Year(); y < 0 || y > 9999 {
+		// RFC 3339, JSON and the files' times have no room for it: a Store
+		// would fail to write it, or keep a time it cannot read back.
+		errs = append(errs, fmt.Errorf("claim %s: time %s is outside years 0 to 9999", c.IP, c.Time.UTC().Format(time.RFC3339Nano)))
 	}
 	return errors.Join(errs...)
 }

@@ -226,15 +226,15 @@ func checkClaim(c store.Claim) error {
 }
 
 // encode returns the value of c's keys: c as JSON, without its revision.
-func encode(c store.Claim) string {
+// Every field of a Claim marshals, and a valid Claim's time is within
+// JSON's years, so the error is there only for what Validate may miss.
+func encode(c store.Claim) (string, error) {
 	c.Revision = 0
 	b, err := json.Marshal(c)
 	if err != nil {
-		// Every field of a Claim marshals, and a valid Claim's time is
-		// within JSON's years.
-		panic(fmt.Sprintf("etcdstore: encoding claim %s: %v", c.Key(), err))
+		return "", fmt.Errorf("encoding the claim as JSON: %w", err)
 	}
-	return string(b)
+	return string(b), nil
 }
 
 // decode returns the claim that kv holds, which its key names as the claim
@@ -414,7 +414,10 @@ func (s *Store) create(ctx context.Context, c store.Claim, cursor, exclusive boo
 		return store.Claim{}, claimError("create", c.Pool, c.IP, "", err)
 	}
 	key := s.keys.claim(c.Pool, c.IP)
-	val := encode(c)
+	val, err := encode(c)
+	if err != nil {
+		return store.Claim{}, claimError("create", c.Pool, c.IP, key, err)
+	}
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.Version(key), "=", 0)}
 	then := []clientv3.Op{clientv3.OpPut(key, val)}
 	for _, k := range s.keys.owners(c) {
@@ -488,11 +491,14 @@ func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Cla
 		return store.Claim{}, claimError("update", c.Pool, c.IP, "", err)
 	}
 	key := s.keys.claim(c.Pool, c.IP)
+	val, err := encode(c)
+	if err != nil {
+		return store.Claim{}, claimError("update", c.Pool, c.IP, key, err)
+	}
 	old, err := s.at(ctx, key, c.Pool, c.IP, rev)
 	if err != nil {
 		return store.Claim{}, claimError("update", c.Pool, c.IP, key, err)
 	}
-	val := encode(c)
 	then := []clientv3.Op{clientv3.OpPut(key, val), s.touch(c.Pool)}
 	puts := s.keys.owners(c)
 	for _, k := range puts {

@@ -76,9 +76,10 @@
 //     context.Canceled, so that a client library that reports cancellation in its
 //     own way still passes; implementations should wrap ctx.Err() all the same.
 //   - InvalidClaim: Create and Update reject a claim without a pool, with an
-//     invalid IP, or without an owner, with an error and without panicking or
-//     storing it; Get and Delete of the invalid (zero) address fail without
-//     panicking.
+//     invalid IP, without an owner, or with a time outside years 0 to 9999
+//     (which RFC 3339 and JSON cannot write), with an error and without
+//     panicking or storing it; Get and Delete of the invalid (zero) address
+//     fail without panicking.
 //   - Cursors: only if the Store implements store.Cursors (else the subtest is
 //     skipped): an unset cursor is the zero Addr; a set cursor is returned, per
 //     pool, and seen through a newly opened instance.

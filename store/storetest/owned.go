@@ -371,6 +371,14 @@ func testCreateExclusive(t *testing.T, x *suite) {
 		}
 	})
 	wantNotFound(t, s, "blue", netip.MustParseAddr("10.0.0.31"))
+	far := claimOf("blue", "10.0.0.32", on(pod, "eth6"))
+	far.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	noPanic(t, "CreateExclusive of a claim with a time after year 9999", func() {
+		if _, err := ec.CreateExclusive(ctx, far); err == nil {
+			t.Error("CreateExclusive of a claim with a time after year 9999 succeeded")
+		}
+	})
+	wantNotFound(t, s, "blue", far.IP)
 }
 
 func testCreateExclusiveRace(t *testing.T, x *suite) {

@@ -682,6 +682,11 @@ func testInvalidClaim(t *testing.T, x *suite) {
 	noPool.Pool = ""
 	noIP.IP = netip.Addr{}
 	noOwner.Owner = store.Owner{Namespace: "default", Name: "web-0", Interface: "eth0"} // neither UID nor container ID
+	// A time that RFC 3339 and JSON cannot write: a Store would panic, or
+	// keep a record it cannot read back.
+	farTime, earlyTime := valid, valid
+	farTime.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+	earlyTime.Time = time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC)
 	invalid := []struct {
 		name string
 		c    store.Claim
@@ -689,6 +694,8 @@ func testInvalidClaim(t *testing.T, x *suite) {
 		{"without a pool", noPool},
 		{"with an invalid IP", noIP},
 		{"without an owner", noOwner},
+		{"with a time after year 9999", farTime},
+		{"with a time before year 0", earlyTime},
 		{"zero", store.Claim{}},
 	}
 	for _, tc := range invalid {
@@ -702,7 +709,7 @@ func testInvalidClaim(t *testing.T, x *suite) {
 	wantList(t, s, "blue", nil)
 
 	held := mustCreate(t, s, valid)
-	for _, tc := range invalid[:3] {
+	for _, tc := range invalid[:len(invalid)-1] {
 		c := tc.c
 		c.Revision = held.Revision
 		noPanic(t, "Update to a claim "+tc.name, func() {
@@ -844,10 +851,12 @@ func testCreateAndSetCursor(t *testing.T, x *suite) {
 	noOwner, noIP, noPool := x.claim("blue", "10.0.0.7", "e"), x.claim("blue", "10.0.0.7", "e"), x.claim("", "10.0.0.7", "e")
 	noOwner.Owner = store.Owner{Namespace: "default", Name: "web-0"}
 	noIP.IP = netip.Addr{}
+	farTime := x.claim("blue", "10.0.0.7", "e")
+	farTime.Time = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name string
 		c    store.Claim
-	}{{"without an owner", noOwner}, {"with an invalid IP", noIP}, {"without a pool", noPool}} {
+	}{{"without an owner", noOwner}, {"with an invalid IP", noIP}, {"without a pool", noPool}, {"with a time after year 9999", farTime}} {
 		noPanic(t, "CreateAndSetCursor of a claim "+tc.name, func() {
 			if got, err := cc.CreateAndSetCursor(ctx, tc.c); err == nil {
 				t.Errorf("CreateAndSetCursor of a claim %s succeeded (%+v), want an error", tc.name, got)
