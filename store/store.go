@@ -207,13 +207,21 @@ func (c Claim) Validate() error {
 	if c.Owner.Stable && c.Owner.Name == "" {
 		errs = append(errs, fmt.Errorf("claim %s: a stable owner needs a name", c.IP))
 	}
-	if y := c.Time.Year(); y < 0 || y > 9999 {
+	if c.Time.Before(firstTime) || !c.Time.Before(pastLastTime) {
 		// RFC 3339, JSON and the files' times have no room for it: a Store
 		// would fail to write it, or keep a time it cannot read back.
-		errs = append(errs, fmt.Errorf("claim %s: time %s is outside years 0 to 9999", c.IP, c.Time.UTC().Format(time.RFC3339Nano)))
+		errs = append(errs, fmt.Errorf("claim %s: time %s is outside years 0 to 9999 (UTC)", c.IP, c.Time.UTC().Format(time.RFC3339Nano)))
 	}
 	return errors.Join(errs...)
 }
+
+// firstTime and pastLastTime bound the times a claim may have: from the
+// start of year 0 to the end of year 9999, UTC. (Two comparisons cost less
+// than working out the year, on every Create.)
+var (
+	firstTime    = time.Date(0, time.January, 1, 0, 0, 0, 0, time.UTC)
+	pastLastTime = time.Date(10000, time.January, 1, 0, 0, 0, 0, time.UTC)
+)
 
 // PoolVersioner is an optional Store capability: a cheap number that tells
 // whether a pool's claims changed. An Allocator that listed a pool and found
