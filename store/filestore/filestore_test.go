@@ -1180,3 +1180,43 @@ func dirNames(t *testing.T, dir string) []string {
 	}
 	return names
 }
+
+// TestTimeOutOfRange checks that a claim's time is kept exactly, as a file's
+// modification time, or refused, never changed: a year the file system cannot
+// hold (before 1901 or after 2446 on ext4) or that nanoseconds since 1970 in
+// an int64 cannot (after 2262) came back as another time, such as 1901 or
+// 1915, which garbage collection would take for an old claim.
+func TestTimeOutOfRange(t *testing.T) {
+	ctx := t.Context()
+	s := open(t, t.TempDir(), false)
+	for i, year := range []int{1800, 1969, 2100, 2300, 2500, 3000} {
+		c := ctrClaim("net/0", fmt.Sprintf("10.1.2.%d", 10+i), fmt.Sprintf("ctr-%d", year), "eth0")
+		c.Time = time.Date(year, time.March, 4, 5, 6, 7, 8, time.UTC)
+		got, err := s.Create(ctx, c)
+		if err != nil {
+			if _, gerr := s.Get(ctx, c.Pool, c.IP); !errors.Is(gerr, store.ErrNotFound) {
+				t.Errorf("year %d: Create failed (%v) but Get(%s) = %v, want store.ErrNotFound", year, err, c.IP, gerr)
+			}
+			if !strings.Contains(err.Error(), "time") {
+				t.Errorf("year %d: Create's error %q does not name the time", year, err)
+			}
+			continue
+		}
+		if !got.Time.Equal(c.Time) {
+			t.Errorf("year %d: Create returned time %s, want %s or an error", year, got.Time, c.Time)
+		}
+		if read, err := s.Get(ctx, c.Pool, c.IP); err != nil || !read.Time.Equal(c.Time) {
+			t.Errorf("year %d: Get = %v, %v; want time %s", year, read.Time, err, c.Time)
+		}
+		// An Update to a time out of range leaves the claim as it was.
+		bad := got
+		bad.Time = time.Date(2500, time.January, 1, 0, 0, 0, 0, time.UTC)
+		if upd, err := s.Update(ctx, bad, got.Revision); err == nil && !upd.Time.Equal(bad.Time) {
+			t.Errorf("year %d: Update to 2500 returned time %s, want 2500 or an error", year, upd.Time)
+		} else if err != nil {
+			if read, _ := s.Get(ctx, c.Pool, c.IP); !read.Time.Equal(got.Time) || read.Revision != got.Revision {
+				t.Errorf("year %d: a failed Update changed the claim to %+v, want %+v", year, read, got)
+			}
+		}
+	}
+}

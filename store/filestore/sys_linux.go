@@ -3,6 +3,7 @@ package filestore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -240,6 +241,9 @@ func (s *Store) fill(fd int, path string, data []byte, mtime time.Time) error {
 		if err := futimens(fd, mtime); err != nil {
 			return &fs.PathError{Op: "futimens", Path: path, Err: err}
 		}
+		if err := checkMtime(fd, path, mtime); err != nil {
+			return err
+		}
 	}
 	if s.sync {
 		if err := retryEINTR(func() error { return syscall.Fsync(fd) }); err != nil {
@@ -380,9 +384,27 @@ func syscall6(trap, a1, a2, a3, a4, a5, a6 uintptr) error {
 // futimens sets the modification time of the open file fd to mtime, leaving
 // its access time, with EINTR retried.
 func futimens(fd int, mtime time.Time) error {
-	ts := [2]syscall.Timespec{{Nsec: utimeOmit}, syscall.NsecToTimespec(mtime.UnixNano())}
+	// Seconds and nanoseconds apart: UnixNano overflows after 2262.
+	ts := [2]syscall.Timespec{{Nsec: utimeOmit}, {Sec: mtime.Unix(), Nsec: int64(mtime.Nanosecond())}}
 	// utimensat(fd, NULL, times, 0) is futimens(fd, times).
 	return syscall6(syscall.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+}
+
+// checkMtime returns an error if the file fd, named path in errors, does not
+// have mtime as its modification time to the second: the file system keeps
+// times in a range of its own (1901 to 2446 on ext4, 1901 to 2038 on older
+// layouts) and changes one out of it to another, which a claim must not
+// take for its time.
+func checkMtime(fd int, path string, mtime time.Time) error {
+	var st syscall.Stat_t
+	if err := retryEINTR(func() error { return syscall.Fstat(fd, &st) }); err != nil {
+		return &fs.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if kept := time.Unix(int64(st.Mtim.Sec), int64(st.Mtim.Nsec)); kept.Unix() != mtime.Unix() {
+		return fmt.Errorf("time %s: the file system cannot keep it as a modification time (it kept %s)",
+			mtime.UTC().Format(time.RFC3339Nano), kept.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
 }
 
 // syncDir fsyncs the directory if the Store was opened with Sync, so that a
