@@ -485,8 +485,11 @@ func checkClaim(c store.Claim) error {
 // of the write if c.Time is zero); c.Revision is ignored. It returns an error
 // wrapping store.ErrExists if the address's file exists, whatever it holds. It
 // fails, storing nothing, if c is not a valid claim, if its owner cannot be
-// written in host-local's format (ErrUnsupportedOwner), or if its pool is not
-// one of Options.Pools or does not contain its address.
+// written in host-local's format (ErrUnsupportedOwner), if its pool is not
+// one of Options.Pools or does not contain its address, or if c.Time is one
+// the file system cannot keep as a modification time (before 1901, or after
+// 2446 on ext4): a claim's time is kept to the second or refused, never
+// changed.
 func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
 	return s.create(ctx, c, createPlain)
 }
