@@ -241,8 +241,10 @@ func (s *Store) fill(fd int, path string, data []byte, mtime time.Time) error {
 		if err := futimens(fd, mtime); err != nil {
 			return &fs.PathError{Op: "futimens", Path: path, Err: err}
 		}
-		if err := checkMtime(fd, path, mtime); err != nil {
-			return err
+		if mtime.Before(keptFrom) || !mtime.Before(keptUntil) {
+			if err := checkMtime(fd, path, mtime); err != nil {
+				return err
+			}
 		}
 	}
 	if s.sync {
@@ -389,6 +391,15 @@ func futimens(fd int, mtime time.Time) error {
 	// utimensat(fd, NULL, times, 0) is futimens(fd, times).
 	return syscall6(syscall.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
 }
+
+// keptFrom and keptUntil bound the modification times that every Linux file
+// system keeps as they are given (32-bit seconds since 1970, unsigned for
+// NFSv3): only a time outside them costs fill a read-back (checkMtime), so a
+// claim made now costs no extra system call.
+var (
+	keptFrom  = time.Unix(0, 0)
+	keptUntil = time.Unix(1<<31-1, 0)
+)
 
 // checkMtime returns an error if the file fd, named path in errors, does not
 // have mtime as its modification time to the second: the file system keeps
