@@ -102,6 +102,10 @@ var claimValue = `{"pool":"bench","ip":"10.0.0.1","owner":{"namespace":"default"
 // default ticks, as a cluster in production has them.
 var benchCluster = &sharedCluster{opts: etcdtest.Options{Members: 3, TickMs: 100, ElectionMs: 1000, CompactEvery: 10 * time.Second}}
 
+// durableCluster is benchCluster with its members syncing to disk before
+// they acknowledge a write, as members in production do.
+var durableCluster = &sharedCluster{opts: etcdtest.Options{Members: 3, TickMs: 100, ElectionMs: 1000, CompactEvery: 10 * time.Second, Fsync: true}}
+
 // BenchmarkEtcd compares, on one 3-member cluster in one run, the raw
 // create-if-absent transaction on disjoint keys with allocations through
 // the public ipam API over etcdstore, by 1 and 8 clients or Allocators,
@@ -182,8 +186,22 @@ func rawCreate(cli *clientv3.Client, key string) error {
 // alloc/raw-% is the ratio the etcdstore target puts at 70 % or more;
 // store/raw-% says how much of the distance to raw is that transaction's
 // own cost on the server, and alloc/store-% how much the Allocator adds.
+// It runs every case twice: on durableCluster (fsync=true), whose members
+// sync to disk as production members do, and on benchCluster
+// (fsync=false), whose members do not, so that the CPU the transactions
+// take is all the two CPUs of this machine spend on.
 func BenchmarkEtcdRounds(b *testing.B) {
-	c := benchCluster.get(b)
+	for _, fsync := range []bool{true, false} {
+		cluster := benchCluster
+		if fsync {
+			cluster = durableCluster
+		}
+		b.Run("fsync="+strconv.FormatBool(fsync), func(b *testing.B) { benchRounds(b, cluster.get(b)) })
+	}
+}
+
+// benchRounds is BenchmarkEtcdRounds on c.
+func benchRounds(b *testing.B, c *etcdtest.Cluster) {
 	for _, tc := range []struct {
 		name   string
 		n      int

@@ -65,6 +65,11 @@ type Options struct {
 	// and restarting members is slower, and the leader is found by asking
 	// the members over their client ports. It cannot be used with TLS.
 	Processes bool
+	// Fsync makes members sync their write-ahead log and database to disk
+	// before they acknowledge a write, as members in production do. By
+	// default they do not (etcd's UnsafeNoFsync): tests need no durability
+	// across a crash of the machine, and run faster without it.
+	Fsync bool
 }
 
 // TLS is how members serve their clients over TLS: PEM files of the server
@@ -113,6 +118,7 @@ type memberSettings struct {
 	TickMs, ElectionMs                    uint
 	CompactEvery                          time.Duration
 	SnapshotCount, SnapshotCatchUpEntries uint64
+	Fsync                                 bool
 }
 
 // config returns the embed.Config of the member that s describes.
@@ -127,7 +133,7 @@ func (s *memberSettings) config() (*embed.Config, error) {
 	}
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = s.Name, s.Dir
-	cfg.UnsafeNoFsync = true // test data only
+	cfg.UnsafeNoFsync = !s.Fsync // without Fsync: test data only
 	cfg.TickMs, cfg.ElectionMs = s.TickMs, s.ElectionMs
 	cfg.SnapshotCount, cfg.SnapshotCatchUpEntries = s.SnapshotCount, s.SnapshotCatchUpEntries
 	if s.CompactEvery > 0 {
@@ -217,6 +223,7 @@ func Start(opts Options) (*Cluster, error) {
 			TickMs:         tick,
 			ElectionMs:     election,
 			CompactEvery:   opts.CompactEvery,
+			Fsync:          opts.Fsync,
 			// Snapshot often, so that a restart replays a short log.
 			SnapshotCount:          2000,
 			SnapshotCatchUpEntries: 1000,

@@ -32,6 +32,7 @@ func run(m *testing.M) int {
 	single = c
 	defer trioCluster.close()
 	defer benchCluster.close()
+	defer durableCluster.close()
 	defer removePlugin()
 	return m.Run()
 }

@@ -1,6 +1,7 @@
 package etcdtest
 
 import (
+	"encoding/json"
 	"errors"
 	"os/exec"
 	"testing"
@@ -32,5 +33,34 @@ func TestProcessParentGone(t *testing.T) {
 	}
 	if m.Running() {
 		t.Errorf("member %s runs after its process exited", m.Name)
+	}
+}
+
+// TestFsyncSetting checks that Options.Fsync reaches the member's etcd
+// configuration, in this process and, as JSON, in a child process: members
+// sync to disk with it and skip the sync without it.
+func TestFsyncSetting(t *testing.T) {
+	for _, fsync := range []bool{false, true} {
+		c, err := Start(Options{Fsync: fsync})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := c.Members[0].settings
+		c.Close()
+		data, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var child memberSettings
+		if err := json.Unmarshal(data, &child); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := child.config()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.UnsafeNoFsync == fsync {
+			t.Errorf("Options{Fsync: %t}: the member's UnsafeNoFsync is %t", fsync, cfg.UnsafeNoFsync)
+		}
 	}
 }
