@@ -100,11 +100,13 @@ var claimValue = `{"pool":"bench","ip":"10.0.0.1","owner":{"namespace":"default"
 
 // benchCluster is the cluster of the benchmarks: three members with etcd's
 // default ticks, as a cluster in production has them.
-var benchCluster = &sharedCluster{opts: etcdtest.Options{Members: 3, TickMs: 100, ElectionMs: 1000, CompactEvery: 10 * time.Second}}
+var benchCluster = &sharedCluster{opts: benchOptions}
 
 // durableCluster is benchCluster with its members syncing to disk before
 // they acknowledge a write, as members in production do.
-var durableCluster = &sharedCluster{opts: etcdtest.Options{Members: 3, TickMs: 100, ElectionMs: 1000, CompactEvery: 10 * time.Second, Fsync: true}}
+var durableCluster = &sharedCluster{opts: func() etcdtest.Options { o := benchOptions; o.Fsync = true; return o }()}
+
+var benchOptions = etcdtest.Options{Members: 3, TickMs: 100, ElectionMs: 1000, CompactEvery: 10 * time.Second}
 
 // BenchmarkEtcd compares, on one 3-member cluster in one run, the raw
 // create-if-absent transaction on disjoint keys with allocations through
