@@ -106,6 +106,8 @@ var benchCluster = &sharedCluster{opts: benchOptions}
 // they acknowledge a write, as members in production do.
 var durableCluster = &sharedCluster{opts: func() etcdtest.Options { o := benchOptions; o.Fsync = true; return o }()}
 
+// benchOptions are the options of benchCluster and, with Fsync, of
+// durableCluster.
 var benchOptions = etcdtest.Options{Members: 3, TickMs: 100, ElectionMs: 1000, CompactEvery: 10 * time.Second}
 
 // BenchmarkEtcd compares, on one 3-member cluster in one run, the raw
