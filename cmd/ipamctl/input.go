@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ipamkit/ipam/cmd/internal/kubeconfig"
 )
 
 // stdinName is how standard input (-f -) is named in messages.
@@ -34,9 +36,10 @@ type input struct {
 	timeout    time.Duration
 }
 
-// bound returns ctx bounded by --timeout when a cluster is read.
+// bound returns ctx bounded by --timeout when a cluster is read
+// (parseFlags refuses a timeout that is not positive).
 func (in *input) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if in.kubeconfig == "" || in.timeout <= 0 {
+	if in.kubeconfig == "" {
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, in.timeout)
@@ -47,6 +50,10 @@ func (in *input) bound(ctx context.Context) (context.Context, context.CancelFunc
 func (in *input) cluster(ctx context.Context) (*cluster, error) {
 	if in.kubeconfig == "" {
 		return in.load(), nil
+	}
+	// client-go reads the file, and those it names, whole.
+	if err := kubeconfig.Check(in.kubeconfig); err != nil {
+		return nil, fmt.Errorf("--kubeconfig %w", err)
 	}
 	cfg, err := liveConfig(in.kubeconfig)
 	if err != nil {

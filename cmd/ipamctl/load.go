@@ -382,11 +382,19 @@ func jsonList(v []byte, first int) rawDoc {
 	head := map[string]json.RawMessage{}
 	var items []rawDoc
 	lines := lineCounter{data: v, line: first}
+	itemsLine := 0
 	for dec.More() {
 		t, err := dec.Token()
 		key, ok := t.(string)
 		if err != nil || !ok {
 			return whole
+		}
+		if key == "items" {
+			line := lines.at(int(dec.InputOffset()))
+			if itemsLine != 0 {
+				return twoItems(first, itemsLine, line)
+			}
+			itemsLine = line
 		}
 		if key != "items" {
 			var val json.RawMessage
@@ -416,6 +424,13 @@ func jsonList(v []byte, first int) rawDoc {
 		return whole
 	}
 	return rawDoc{line: first, json: data, items: items, split: true}
+}
+
+// twoItems is a List document, starting on line first, with an items key
+// on line a and another on line b: refused, as YAML and JSON parsers
+// disagree on which one counts (the first, the last, or both).
+func twoItems(first, a, b int) rawDoc {
+	return rawDoc{line: first, err: fmt.Sprintf("items: given twice, on lines %d and %d: a List has one items key", a, b)}
 }
 
 // valueStart returns where the JSON value after offset i of data starts:
@@ -506,6 +521,15 @@ func yamlToJSON(text string, first int) rawDoc {
 // shape, which is then read whole; and when an item does not convert alone
 // but the whole document does (an alias to another item, say).
 func yamlList(lines []string, first int) (doc rawDoc, ok bool) {
+	var keys []int // the lines of top-level items keys
+	for i, l := range lines {
+		if key, _, ok := strings.Cut(l, ":"); ok && (key == "items" || key == `"items"` || key == "'items'") {
+			keys = append(keys, i)
+		}
+	}
+	if len(keys) > 1 {
+		return twoItems(first, first+keys[0], first+keys[1]), true
+	}
 	k := slices.IndexFunc(lines, func(l string) bool { return strings.TrimRight(l, " \t\r\n") == "items:" })
 	if k < 0 {
 		return rawDoc{}, false
@@ -1101,9 +1125,37 @@ func jsonError(err error) error {
 		if field == "" {
 			field = "(document)"
 		}
+		if reason, ok := outOfRange(te); ok {
+			return &ipam.FieldError{Field: field, Reason: reason}
+		}
 		return &ipam.FieldError{Field: field, Reason: fmt.Sprintf("wrong type: a JSON %s where %s is wanted", te.Value, jsonKind(te.Type))}
 	}
 	return err
+}
+
+// outOfRange says why an integer does not fit an integer field, such as
+// spec.replicas 2147483648 (an int32): the json package calls that a type
+// error too.
+func outOfRange(te *json.UnmarshalTypeError) (string, bool) {
+	num, ok := strings.CutPrefix(te.Value, "number ")
+	t := te.Type
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if !ok || t == nil || strings.ContainsAny(num, ".eE") {
+		return "", false
+	}
+	var lo, hi string
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		bits := t.Bits()
+		lo, hi = strconv.FormatInt(-1<<(bits-1), 10), strconv.FormatInt(1<<(bits-1)-1, 10)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		lo, hi = "0", strconv.FormatUint(1<<t.Bits()-1, 10)
+	default:
+		return "", false
+	}
+	return fmt.Sprintf("%s: out of range: an integer from %s to %s is wanted", num, lo, hi), true
 }
 
 // jsonKind names the JSON shape a Go type takes.

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/cmd/internal/limited"
 )
 
 func main() {
@@ -135,6 +136,11 @@ func parseFlags(fs *flag.FlagSet, args []string, in *input) (code int, ok bool) 
 	case len(in.files) == 0 && in.kubeconfig == "":
 		fmt.Fprintf(fs.Output(), "ipamctl %s: no input: name at least one file with -f%s\n", fs.Name(), orCluster(fs))
 		return exitUsage, false
+	case fs.Lookup("timeout") != nil && in.timeout <= 0:
+		// A deadline of none would wait forever for a server that does
+		// not answer.
+		fmt.Fprintf(fs.Output(), "ipamctl %s: --timeout %s: want a positive duration, such as %s (the default)\n", fs.Name(), in.timeout, defaultTimeout)
+		return exitUsage, false
 	}
 	return 0, true
 }
@@ -151,7 +157,7 @@ func orCluster(fs *flag.FlagSet) string {
 // addKubeconfig gives a command the --kubeconfig and --timeout flags.
 func addKubeconfig(fs *flag.FlagSet, in *input) {
 	fs.StringVar(&in.kubeconfig, "kubeconfig", "", "read the objects and IPClaims of the cluster this kubeconfig `file` names, instead of -f files")
-	fs.DurationVar(&in.timeout, "timeout", defaultTimeout, "with --kubeconfig, give up on the cluster after this `duration`")
+	fs.DurationVar(&in.timeout, "timeout", defaultTimeout, "with --kubeconfig, give up on the cluster after this `duration` (positive)")
 }
 
 // defaultTimeout bounds what a command asks of a cluster.
@@ -181,7 +187,10 @@ func runExplain(ctx context.Context, args []string, in *input, stdout, stderr io
 	}
 	var nc ipam.NetConf
 	if cniConf != "" {
-		data, err := os.ReadFile(cniConf)
+		data, err := limited.ReadFile(cniConf, limited.MaxFile)
+		if errors.Is(err, limited.ErrTooLarge) {
+			err = fmt.Errorf("%s: %w", cniConf, err)
+		}
 		if err == nil {
 			nc, err = loadNetConf(cniConf, data)
 		}
@@ -213,8 +222,9 @@ func runExplain(ctx context.Context, args []string, in *input, stdout, stderr io
 	if out == "json" {
 		w = &jsonWriter{w: stdout}
 	}
-	found := false
+	found, pods := false, 0
 	err = e.explainAll(ctx, func(r *podReport) (more bool, err error) {
+		pods++
 		if want == "" {
 			return true, w.write(r)
 		}
@@ -236,7 +246,13 @@ func runExplain(ctx context.Context, args []string, in *input, stdout, stderr io
 		fmt.Fprintf(stderr, "ipamctl explain: writing the output: %v\n", err)
 		return exitProblem
 	}
-	return printProblems(stderr, c)
+	code := printProblems(stderr, c)
+	if pods == 0 {
+		// An empty table would say nothing: say why, as kubectl says "No
+		// resources found", and succeed, as kubectl does.
+		fmt.Fprintf(stderr, "ipamctl explain: no pods in the input: nothing to explain\n")
+	}
+	return code
 }
 
 // printProblems writes the notes and the input problems to w and returns the
