@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	"go4.org/netipx"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/cmd/internal/limited"
 	"github.com/ipamkit/ipam/hostlocal"
 )
 
@@ -62,6 +62,18 @@ type config struct {
 	PrevResultErr error
 	// ValidAttachments is the GC list; nil if the key is absent.
 	ValidAttachments []types.GCAttachment
+}
+
+// sharedStore names the section whose store the nodes of a cluster share
+// (ipam.etcd, ipam.kubernetes), or "" for the node's state directory.
+func (c *config) sharedStore() string {
+	switch {
+	case c.Kubernetes != nil:
+		return "ipam.kubernetes"
+	case c.Etcd != nil:
+		return "ipam.etcd"
+	}
+	return ""
 }
 
 // Dir returns the state directory of the network: <dataDir>/<name>.
@@ -210,6 +222,9 @@ func loadConfig(stdin []byte, cniArgs string) (*config, error) {
 	if err := json.Unmarshal(sc.IPAM, &ic); err != nil {
 		return nil, decodeError(fmt.Errorf("ipam: %w", err))
 	}
+	if err := checkSections(&ic); err != nil {
+		return nil, err
+	}
 	var c *config
 	var err error
 	switch {
@@ -307,8 +322,41 @@ func (c *config) userText(s string) string {
 	return s
 }
 
-// present reports whether a section is in the config: not absent, not null.
+// present reports whether a section is in the config: not absent, not null
+// (checkSections refuses a null one).
 func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+
+// checkSections refuses an etcd or kubernetes section that is null or not
+// an object. A null section is what a template renders for an unset value:
+// read as no section, the claims would go to each node's state directory,
+// and two nodes would hand out one address.
+func checkSections(ic *ipamConf) error {
+	for _, s := range []struct {
+		field string
+		raw   json.RawMessage
+	}{{"ipam.etcd", ic.Etcd}, {"ipam.kubernetes", ic.Kubernetes}} {
+		raw := bytes.TrimSpace(s.raw)
+		switch {
+		case len(raw) == 0:
+		case bytes.Equal(raw, []byte("null")):
+			return &codedError{types.ErrInvalidNetworkConfig,
+				fmt.Errorf("%s: null: give the section as an object or leave the key out (without it, the claims live in the node's state directory)", s.field)}
+		case raw[0] != '{':
+			return &codedError{types.ErrDecodingFailure,
+				fmt.Errorf("%s: %s is not an object", s.field, abbrev(raw))}
+		}
+	}
+	return nil
+}
+
+// abbrev returns raw, cut to a length a message can quote.
+func abbrev(raw []byte) string {
+	const max = 40
+	if len(raw) > max {
+		return string(raw[:max]) + "..."
+	}
+	return string(raw)
+}
 
 // loadKubernetes reads the Spiderpool form whose pools and claims live in a
 // cluster (ipam.kubernetes): the defaults, with no pools, ranges, state
@@ -450,8 +498,10 @@ func parsePodArgs(s string) podArgs {
 // readResolvConf reads a resolv.conf as host-local does: nameserver (repeated),
 // domain (the last wins), search (every word of every line) and options.
 func readResolvConf(path string) (*types.DNS, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
+	data, err := limited.ReadFile(path, limited.MaxFile)
+	if errors.Is(err, limited.ErrTooLarge) {
+		return nil, fmt.Errorf("%q: %w", path, err)
+	} else if err != nil {
 		return nil, err
 	}
 	dns := &types.DNS{}

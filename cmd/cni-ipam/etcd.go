@@ -15,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/cmd/internal/limited"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/etcdstore"
 )
@@ -40,6 +41,17 @@ func etcdConfig(raw json.RawMessage, name string) (etcdstore.Options, error) {
 	}
 	if err := ec.Validate(); err != nil {
 		return etcdstore.Options{}, &codedError{types.ErrInvalidNetworkConfig, fmt.Errorf("ipam.etcd: %w", err)}
+	}
+	// etcdstore reads the TLS files whole: a file over the limit (such as
+	// /dev/zero) is refused here first. A file that cannot be read at all
+	// is etcdstore's to report (code 5).
+	for _, f := range []struct{ field, path string }{{"caFile", ec.CAFile}, {"certFile", ec.CertFile}, {"keyFile", ec.KeyFile}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := limited.ReadFile(f.path, limited.MaxFile); errors.Is(err, limited.ErrTooLarge) {
+			return etcdstore.Options{}, &codedError{types.ErrInvalidNetworkConfig, fmt.Errorf("ipam.etcd.%s %q: %w", f.field, f.path, err)}
+		}
 	}
 	opts := ec.Options()
 	if opts.Prefix == "" {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/cmd/internal/kubeconfig"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/k8s/kubeclient"
 	"github.com/ipamkit/ipam/k8s/kubepools"
@@ -45,18 +46,62 @@ type kubernetesConfig struct {
 	// (5 and 10), which one call does not reach.
 	QPS   float32 `json:"qps"`
 	Burst int     `json:"burst"`
+	// Timeout bounds what one call asks of the API server, all its
+	// requests together, such as "10s"; empty means
+	// defaultKubernetesTimeout. STATUS waits at most statusTimeout.
+	Timeout string `json:"timeout"`
 }
 
-// restConfig reads the section and finds the cluster it names.
-func restConfig(raw json.RawMessage) (*rest.Config, error) {
+// defaultKubernetesTimeout bounds the requests of one call to the API
+// server: an ADD makes about eight, each answered in milliseconds by a
+// healthy server. A server that does not answer gets the call code 11
+// after this, not after the call's 100 s.
+const defaultKubernetesTimeout = 20 * time.Second
+
+// statusTimeout bounds STATUS, a readiness probe, when the section's
+// timeout is longer.
+const statusTimeout = 5 * time.Second
+
+// parseKubernetes reads the section.
+func parseKubernetes(raw json.RawMessage) (kubernetesConfig, time.Duration, error) {
 	var kc kubernetesConfig
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&kc); err != nil {
-		return nil, decodeError(fmt.Errorf("ipam.kubernetes: %w", err))
+		return kc, 0, decodeError(fmt.Errorf("ipam.kubernetes: %w", err))
 	}
 	if kc.QPS < 0 || kc.Burst < 0 {
-		return nil, &codedError{types.ErrInvalidNetworkConfig, fmt.Errorf("ipam.kubernetes: qps %v, burst %d: negative", kc.QPS, kc.Burst)}
+		return kc, 0, &codedError{types.ErrInvalidNetworkConfig, fmt.Errorf("ipam.kubernetes: qps %v, burst %d: negative", kc.QPS, kc.Burst)}
+	}
+	timeout := defaultKubernetesTimeout
+	if kc.Timeout != "" {
+		d, err := time.ParseDuration(kc.Timeout)
+		if err != nil || d <= 0 {
+			return kc, 0, &codedError{types.ErrInvalidNetworkConfig,
+				fmt.Errorf("ipam.kubernetes: timeout %q: want a positive duration such as \"10s\"", kc.Timeout)}
+		}
+		timeout = d
+	}
+	return kc, timeout, nil
+}
+
+// kubernetesTimeout returns the section's timeout.
+func kubernetesTimeout(raw json.RawMessage) (time.Duration, error) {
+	_, d, err := parseKubernetes(raw)
+	return d, err
+}
+
+// restConfig reads the section and finds the cluster it names.
+func restConfig(raw json.RawMessage) (*rest.Config, error) {
+	kc, _, err := parseKubernetes(raw)
+	if err != nil {
+		return nil, err
+	}
+	if kc.Kubeconfig != "" {
+		// client-go reads the file, and those it names, whole.
+		if err := kubeconfig.Check(kc.Kubeconfig); err != nil {
+			return nil, &codedError{types.ErrInvalidNetworkConfig, fmt.Errorf("ipam.kubernetes.kubeconfig %w", err)}
+		}
 	}
 	cfg, err := kubeclient.Config(kc.Kubeconfig)
 	if err != nil {
@@ -100,10 +145,6 @@ func openKubernetes(ctx context.Context, raw json.RawMessage, warn io.Writer) (s
 type kubeCluster struct{ c *kubeclient.Client }
 
 func (k *kubeCluster) request(ctx context.Context, pod podArgs, containerID, ifname string, nc ipam.NetConf) (ipam.Request, error) {
-	if pod.Namespace == "" || pod.Name == "" {
-		return ipam.Request{}, &codedError{types.ErrInvalidEnvironmentVariables,
-			errors.New("CNI_ARGS: K8S_POD_NAMESPACE and K8S_POD_NAME are needed with ipam.kubernetes")}
-	}
 	p, err := k.c.Pod(ctx, pod.Namespace, pod.Name)
 	switch {
 	case err != nil:
@@ -130,12 +171,15 @@ func (k *kubeCluster) request(ctx context.Context, pod podArgs, containerID, ifn
 }
 
 // kubernetesStatus reports whether the API server answers, and serves
-// IPClaims, within limit: a read of a claim that does not exist.
+// IPClaims, within limit, the section's timeout and statusTimeout: a read
+// of a claim that does not exist.
 func kubernetesStatus(raw json.RawMessage, limit time.Duration) error {
 	cfg, err := restConfig(raw)
 	if err != nil {
 		return toCNI(nil, err)
 	}
+	timeout, _ := kubernetesTimeout(raw) // read by restConfig already
+	limit = min(limit, timeout, statusTimeout)
 	st, err := kubestore.New(cfg, kubestore.Options{})
 	if err != nil {
 		return toCNI(nil, &codedError{types.ErrInvalidNetworkConfig, err})

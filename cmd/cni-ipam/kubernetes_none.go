@@ -25,6 +25,8 @@ func openKubernetes(context.Context, json.RawMessage, io.Writer) (store.Store, i
 	return nil, nil, nil, errNoKubernetes
 }
 
+func kubernetesTimeout(json.RawMessage) (time.Duration, error) { return 0, errNoKubernetes }
+
 func kubernetesStatus(json.RawMessage, time.Duration) error { return toCNI(nil, errNoKubernetes) }
 
 func kubernetesUnavailable(error) bool { return false }

@@ -17,13 +17,65 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/ipamkit/ipam/cmd/internal/limited"
 )
 
+// maxStdin is the limit of the network config on stdin: skel reads it
+// whole, and a runtime (or a hand) that sends an endless stream would run
+// the plugin out of memory. Real configs are kilobytes; inline pools can
+// make them megabytes.
+const maxStdin = 16 << 20
+
 func main() {
+	if os.Getenv("CNI_COMMAND") != "" {
+		// Without a command skel reads no stdin, which may be a terminal.
+		if err := limitStdin(maxStdin); err != nil {
+			if err := err.Print(); err != nil {
+				os.Exit(2)
+			}
+			os.Exit(1)
+		}
+	}
 	p := &plugin{open: openState, stdout: os.Stdout, warn: os.Stderr, timeout: defaultTimeout}
 	skel.PluginMainFuncs(p.funcs(), version.All, "CNI IPAM plugin cni-ipam (github.com/ipamkit/ipam)")
+}
+
+// limitStdin reads stdin up to max bytes and gives skel what it read, or
+// returns the CNI error of a config over the limit.
+func limitStdin(max int64) *types.Error {
+	data, err := limited.Read(os.Stdin, max)
+	if err != nil {
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("network config on stdin: %v", err), "")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return types.NewError(types.ErrIOFailure, fmt.Sprintf("network config on stdin: %v", err), "")
+	}
+	go func() {
+		w.Write(data) // skel reads it all, or the process exits
+		w.Close()
+	}()
+	os.Stdin = r
+	return nil
+}
+
+// maxContainerID is the longest CNI_CONTAINERID the plugin takes. Runtimes
+// send 64 hexadecimal digits; the stores have limits of their own, which
+// would be reported as internal errors (code 999).
+const maxContainerID = 1024
+
+// checkContainerID refuses a container ID over maxContainerID bytes.
+func checkContainerID(id string) error {
+	if len(id) > maxContainerID {
+		return &codedError{types.ErrInvalidEnvironmentVariables,
+			fmt.Errorf("CNI_CONTAINERID: %d bytes, more than %d (%q...)", len(id), maxContainerID, id[:16])}
+	}
+	return nil
 }

@@ -62,18 +62,50 @@ type cluster interface {
 // run loads the configuration, opens the store and calls do, all within the
 // invocation's deadline, and returns do's error as a CNI error.
 func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session) error) error {
+	return p.runChecked(args, nil, do)
+}
+
+// runChecked is run with a check of the configuration before the store is
+// opened: an error of check is the call's, and done ends the call there,
+// successfully, without opening the store.
+func (p *plugin) runChecked(args *skel.CmdArgs, check func(cfg *config) (done bool, err error), do func(ctx context.Context, s *session) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
 	cfg, locs, cat, err := p.prepare(args)
 	if err != nil {
 		return toCNI(cfg, err)
 	}
+	if check != nil {
+		if done, err := check(cfg); err != nil || done {
+			if err != nil {
+				return toCNI(cfg, err)
+			}
+			return nil
+		}
+	}
 	var st store.Store
 	var closer io.Closer
 	var pools ipam.PoolSource = cat
 	var cl cluster
+	tooLate := func(err error) error { return err }
 	switch {
 	case cfg.Kubernetes != nil:
+		// The section's timeout bounds what the call asks of the API
+		// server, shorter than the call's own deadline.
+		var limit time.Duration
+		if limit, err = kubernetesTimeout(cfg.Kubernetes); err != nil {
+			return toCNI(cfg, err)
+		}
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, limit)
+		defer stop()
+		tooLate = func(err error) error {
+			if ctx.Err() == nil {
+				return err
+			}
+			return types.NewError(types.ErrTryAgainLater,
+				fmt.Sprintf("try again later: ipam.kubernetes: the API server did not answer within %s (the section's timeout): %v", limit, err), "")
+		}
 		st, pools, cl, err = openKubernetes(ctx, cfg.Kubernetes, p.warn)
 		closer = io.NopCloser(nil)
 	case cfg.Etcd != nil:
@@ -87,7 +119,7 @@ func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session
 		}
 	}
 	if err != nil {
-		return toCNI(cfg, err)
+		return toCNI(cfg, tooLate(err))
 	}
 	defer func() {
 		if ctx.Err() != nil {
@@ -103,7 +135,7 @@ func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session
 		return toCNI(cfg, err)
 	}
 	if err := do(ctx, &session{cfg: cfg, store: st, alloc: alloc, cluster: cl}); err != nil {
-		return toCNI(cfg, err)
+		return toCNI(cfg, tooLate(err))
 	}
 	return nil
 }
@@ -112,6 +144,9 @@ func (p *plugin) run(args *skel.CmdArgs, do func(ctx context.Context, s *session
 // live, and the pools as a catalog. A prevResult that could not be read is
 // noted on the warning output. cfg is nil if the configuration did not load.
 func (p *plugin) prepare(args *skel.CmdArgs) (cfg *config, locs []poolLoc, cat *ipam.Catalog, err error) {
+	if err := checkContainerID(args.ContainerID); err != nil {
+		return nil, nil, nil, err
+	}
 	if cfg, err = loadConfig(args.StdinData, args.Args); err != nil {
 		return nil, nil, nil, err
 	}
@@ -156,7 +191,7 @@ func (p *plugin) openCtx(ctx context.Context, dir string, locs []poolLoc, sync b
 }
 
 func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
-	return p.run(args, func(ctx context.Context, s *session) error {
+	return p.runChecked(args, checkPod, func(ctx context.Context, s *session) error {
 		c := s.cfg
 		req := ipam.Request{ContainerID: args.ContainerID}
 		ifc := ipam.Interface{Name: args.IfName}
@@ -198,6 +233,23 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 		}
 		return v.PrintTo(p.stdout)
 	})
+}
+
+// checkPod refuses an ADD with an ipam.kubernetes section whose CNI_ARGS
+// do not name the pod, before the cluster is asked anything: a
+// configuration error, not one to try again.
+func checkPod(cfg *config) (bool, error) {
+	if cfg.Kubernetes == nil {
+		return false, nil
+	}
+	if _, err := kubernetesTimeout(cfg.Kubernetes); err != nil {
+		return false, err // the section first
+	}
+	if cfg.Pod.Namespace == "" || cfg.Pod.Name == "" {
+		return false, &codedError{types.ErrInvalidEnvironmentVariables,
+			fmt.Errorf("CNI_ARGS: K8S_POD_NAMESPACE and K8S_POD_NAME are needed with ipam.kubernetes (namespace %q, name %q)", cfg.Pod.Namespace, cfg.Pod.Name)}
+	}
+	return false, nil
 }
 
 // cniVersion returns the version the result is written in: the config's, as
@@ -366,16 +418,25 @@ func (p *plugin) cmdCheck(args *skel.CmdArgs) error {
 // (container ID, interface) is not in cni.dev/valid-attachments. A legacy
 // claim, which recorded no interface, stays while any valid attachment has its
 // container ID. An empty list releases everything; a missing one nothing.
+//
+// With a shared store (ipam.etcd, ipam.kubernetes) it releases nothing: the
+// list names this node's attachments, the claims are every node's, and a
+// claim records no node that would tell this node's apart. It says so on
+// stderr, which the runtime logs, and succeeds, so that a runtime's periodic
+// GC does not fail on every node.
 func (p *plugin) cmdGC(args *skel.CmdArgs) error {
-	return p.run(args, func(ctx context.Context, s *session) error {
-		if s.cfg.ValidAttachments == nil {
-			return nil
+	shared := func(cfg *config) (bool, error) {
+		if cfg.ValidAttachments == nil {
+			return true, nil
 		}
-		if s.cluster != nil {
-			// The list names this node's attachments; the claims are the
-			// whole cluster's, and the garbage collector's business.
-			return nil
+		if sh := cfg.sharedStore(); sh != "" {
+			fmt.Fprintf(p.warn, "cni-ipam: GC of network %q: nothing released: the claims in %s are every node's, and cni.dev/valid-attachments names this node's only; DEL releases a container's claims, and a cluster-wide collector those of containers gone without one\n",
+				cfg.Name, sh)
+			return true, nil
 		}
+		return false, nil
+	}
+	return p.runChecked(args, shared, func(ctx context.Context, s *session) error {
 		valid := make(map[types.GCAttachment]bool, len(s.cfg.ValidAttachments))
 		ids := make(map[string]bool, len(s.cfg.ValidAttachments))
 		for _, a := range s.cfg.ValidAttachments {

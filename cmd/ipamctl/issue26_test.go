@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,38 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-)
 
-// silentServer returns the address of a listener on 127.0.0.1 that accepts
-// connections and never answers.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	done := make(chan struct{})
-	t.Cleanup(func() { close(done); l.Close() })
-	go func() {
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c) // held open, never read or written
-			select {
-			case <-done:
-				return
-			default:
-			}
-		}
-	}()
-	return l.Addr().String()
-}
+	"github.com/ipamkit/ipam/cmd/internal/silent"
+)
 
 // writeKubeconfig writes a kubeconfig of the server at addr (plain http,
 // no credentials) and returns its path.
@@ -77,7 +47,7 @@ func runCtx(ctx context.Context, args ...string) (stdout, stderr string, code in
 // test gives run a deadline of its own, so that a command that ignores
 // --timeout fails the test instead of hanging it.
 func TestTimeoutMustBePositive(t *testing.T) {
-	kubeconfig := writeKubeconfig(t, silentServer(t), "")
+	kubeconfig := writeKubeconfig(t, silent.Server(t), "")
 	for _, cmd := range []string{"explain", "gc"} {
 		for _, timeout := range []string{"0s", "-1s"} {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
