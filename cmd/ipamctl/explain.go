@@ -394,9 +394,14 @@ func (e *explainer) leftOutText(ae *ipam.AllocationError) string {
 	if !ok || !errors.Is(ae, ipam.ErrNotFound) {
 		return text
 	}
+	// The library's `pool "x": no such pool (named by ...)` becomes `pool
+	// "x" was left out: why; named by ...`, without the parentheses.
 	notFound := fmt.Sprintf("pool %q: no such pool (", ae.Pool)
 	if i := strings.Index(text, notFound); i >= 0 {
-		return text[:i] + fmt.Sprintf("pool %q was left out: %s; ", ae.Pool, why) + text[i+len(notFound):]
+		rest := text[i+len(notFound):]
+		if j := strings.IndexByte(rest, ')'); j >= 0 {
+			return text[:i] + fmt.Sprintf("pool %q was left out: %s; %s", ae.Pool, why, rest[:j]) + rest[j+1:]
+		}
 	}
 	return fmt.Sprintf("%s; pool %q was left out: %s", text, ae.Pool, why)
 }

@@ -286,10 +286,14 @@ func TestLeftOutPool(t *testing.T) {
 	require.NotContains(t, stdout, "no such pool")
 	out := jsonOutput(t, stdout)
 	a := findPod(t, out, "default/a").Interfaces[0]
-	require.Equal(t, `eth0 IPv4: pool "typo-v4" was left out: spec.subnet "10.91.0.0/33": invalid CIDR address (`+path+`:15); named by pod annotation ipam.spidernet.io/ippool)`, a.Error)
+	require.Equal(t, `eth0 IPv4: pool "typo-v4" was left out: spec.subnet "10.91.0.0/33": invalid CIDR address (`+path+`:15); named by pod annotation ipam.spidernet.io/ippool`, a.Error)
 	require.Equal(t, `pool "typo-v4" was left out: spec.subnet "10.91.0.0/33": invalid CIDR address (`+path+`:15)`, a.Trace[0].Message)
 	b := findPod(t, out, "default/b").Interfaces[0]
 	require.Contains(t, b.Error, `pool "overlap-v4" was left out: spec.ips "10.90.0.15-10.90.0.20": overlaps the addresses of pool "good-v4"; the pool is left out (`+path+`:8)`)
+
+	for _, msg := range []string{a.Error, b.Error} {
+		require.Equalf(t, strings.Count(msg, "("), strings.Count(msg, ")"), "unbalanced parentheses: %s", msg) // issue 26, case 10
+	}
 
 	table, _, _ := runCmd(t, "explain", "-f", path)
 	require.Contains(t, table, `not-found: pool "typo-v4" was left out: spec.subnet`)
