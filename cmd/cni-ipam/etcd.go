@@ -64,6 +64,13 @@ func etcdConfig(raw json.RawMessage, name string) (etcdstore.Options, error) {
 	return opts, nil
 }
 
+// checkEtcd reports what is wrong with the ipam.etcd section of network
+// name, connecting to nothing.
+func checkEtcd(raw json.RawMessage, name string) error {
+	_, err := etcdConfig(raw, name)
+	return err
+}
+
 // openEtcd opens the claims of network name in etcd. Connecting waits for
 // the first request.
 func openEtcd(raw json.RawMessage, name string) (store.Store, io.Closer, error) {

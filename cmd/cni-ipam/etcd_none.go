@@ -19,6 +19,8 @@ import (
 var errNoEtcd = &codedError{types.ErrInvalidNetworkConfig,
 	errors.New("ipam.etcd: this cni-ipam is built without etcd support; build it with -tags etcd")}
 
+func checkEtcd(json.RawMessage, string) error { return errNoEtcd }
+
 func openEtcd(json.RawMessage, string) (store.Store, io.Closer, error) { return nil, nil, errNoEtcd }
 
 func etcdStatus(json.RawMessage, string, []*ipam.Pool, time.Duration) error {

@@ -123,3 +123,19 @@ func TestRequestedNetworkAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestGCWithSharedSectionInDefaultBuild: GC, which releases nothing with an
+// etcd or kubernetes section, still refuses a section that a plugin built
+// without its support cannot read, as every other command does.
+func TestGCWithSharedSectionInDefaultBuild(t *testing.T) {
+	t.Parallel()
+	for section, tag := range map[string]string{
+		`"ranges": [[{"subnet": "10.74.0.0/24"}]], "etcd": {"endpoints": ["http://127.0.0.1:2379"]}`: "-tags etcd",
+		`"kubernetes": {}, "default_ipv4_ippool": ["a"]`:                                             "-tags kubernetes",
+	} {
+		conf := []byte(`{"cniVersion": "1.1.0", "name": "n", "type": "cni-ipam", "cni.dev/valid-attachments": [], "ipam": {` + section + `}}`)
+		cerr := call{Command: "GC", Config: conf}.mustFail(t)
+		require.Equalf(t, types.ErrInvalidNetworkConfig, cerr.Code, "%+v", cerr)
+		require.Contains(t, cerr.Msg, tag)
+	}
+}

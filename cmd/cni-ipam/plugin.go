@@ -96,6 +96,7 @@ func (p *plugin) runChecked(args *skel.CmdArgs, check func(cfg *config) (done bo
 		if limit, err = kubernetesTimeout(cfg.Kubernetes); err != nil {
 			return toCNI(cfg, err)
 		}
+		limit = min(limit, p.timeout)
 		var stop context.CancelFunc
 		ctx, stop = context.WithTimeout(ctx, limit)
 		defer stop()
@@ -104,7 +105,7 @@ func (p *plugin) runChecked(args *skel.CmdArgs, check func(cfg *config) (done bo
 				return err
 			}
 			return types.NewError(types.ErrTryAgainLater,
-				fmt.Sprintf("try again later: ipam.kubernetes: the API server did not answer within %s (the section's timeout): %v", limit, err), "")
+				fmt.Sprintf("try again later: ipam.kubernetes: the API server did not answer within %s: %v", limit, err), "")
 		}
 		st, pools, cl, err = openKubernetes(ctx, cfg.Kubernetes, p.warn)
 		closer = io.NopCloser(nil)
@@ -235,6 +236,19 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	})
 }
 
+// checkShared reports what is wrong with the etcd or kubernetes section of
+// cfg, without connecting to anything.
+func checkShared(cfg *config) error {
+	if cfg.Kubernetes != nil {
+		_, err := kubernetesTimeout(cfg.Kubernetes)
+		return err
+	}
+	if cfg.Etcd != nil {
+		return checkEtcd(cfg.Etcd, cfg.Name)
+	}
+	return nil
+}
+
 // checkPod refuses an ADD with an ipam.kubernetes section whose CNI_ARGS
 // do not name the pod, before the cluster is asked anything: a
 // configuration error, not one to try again.
@@ -242,7 +256,7 @@ func checkPod(cfg *config) (bool, error) {
 	if cfg.Kubernetes == nil {
 		return false, nil
 	}
-	if _, err := kubernetesTimeout(cfg.Kubernetes); err != nil {
+	if err := checkShared(cfg); err != nil {
 		return false, err // the section first
 	}
 	if cfg.Pod.Namespace == "" || cfg.Pod.Name == "" {
@@ -430,6 +444,9 @@ func (p *plugin) cmdGC(args *skel.CmdArgs) error {
 			return true, nil
 		}
 		if sh := cfg.sharedStore(); sh != "" {
+			if err := checkShared(cfg); err != nil {
+				return false, err // a bad section is still an error
+			}
 			fmt.Fprintf(p.warn, "cni-ipam: GC of network %q: nothing released: the claims in %s are every node's, and cni.dev/valid-attachments names this node's only; DEL releases a container's claims, and a cluster-wide collector those of containers gone without one\n",
 				cfg.Name, sh)
 			return true, nil

@@ -79,6 +79,11 @@ func TestPluginEtcdGCOnTwoNodes(t *testing.T) {
 			t.Errorf("CHECK %s after GC with an empty list = %+v, want success", c.id, r)
 		}
 	}
+	// A bad section is still refused.
+	bad := pluginConf("gcnet", "10.78.0.0/24", newPrefix(t), `, "timeout": "soon"`, single.Endpoints()...)
+	if r := a.cni("GC", "", withGC(bad, "cA")); r.Code != 7 || !strings.Contains(r.Msg, `"soon"`) {
+		t.Errorf("node A: GC with a bad timeout = %+v, want code 7 naming it", r)
+	}
 	// DEL still releases.
 	if r := b.cni("DEL", "cB", conf); r.Code != 0 {
 		t.Fatalf("node B: DEL cB = %+v", r)
