@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ipamkit/ipam/cmd/internal/cmdtest"
 )
 
 // TestNullSection (issue 26, case 2): an etcd or kubernetes section that
@@ -47,17 +48,6 @@ func TestNullSection(t *testing.T) {
 	require.Empty(t, entries, "a refused config wrote to the state directory")
 }
 
-// bigFile returns the path of a sparse file of size bytes.
-func bigFile(t *testing.T, size int64) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "big")
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	require.NoError(t, f.Truncate(size))
-	require.NoError(t, f.Close())
-	return path
-}
-
 // TestInputIsSizeLimited (issue 26, case 8): the network config on stdin
 // is read up to 16 MiB and resolvConf up to 4 MiB; more (/dev/zero never
 // ends) is a CNI error naming the input, not a plugin out of memory.
@@ -73,7 +63,7 @@ func TestInputIsSizeLimited(t *testing.T) {
 	require.Equal(t, "network config on stdin: larger than the limit of 16 MiB", cerr.Msg)
 
 	dataDir := t.TempDir()
-	for _, file := range []string{bigFile(t, 64<<20), "/dev/zero"} {
+	for _, file := range []string{cmdtest.BigFile(t, 64<<20), "/dev/zero"} {
 		conf := netconf(t, fmt.Sprintf(`{"cniVersion": "1.1.0", "name": "n", "ipam": {"ranges": [[{"subnet": "10.72.0.0/24"}]], "resolvConf": %q}}`, file), dataDir)
 		for _, cmd := range []string{"ADD", "STATUS"} {
 			cerr := call{Command: cmd, ContainerID: "c1", IfName: "eth0", Config: conf}.mustFail(t)

@@ -5,8 +5,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,33 +13,12 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ipamkit/ipam/cmd/internal/silent"
+	"github.com/ipamkit/ipam/cmd/internal/cmdtest"
 )
 
 // These tests need the plugin built with -tags kubernetes; they run it in
 // the test process (go test -tags kubernetes ./cmd/cni-ipam). Against a
 // real API server it is tested in k8s/kubetest.
-
-// kubeconfigOf writes a kubeconfig of the server at addr (plain http, no
-// credentials), with user as its user's fields, and returns its path.
-func kubeconfigOf(t *testing.T, addr, user string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(path, fmt.Appendf(nil, `apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster: {server: "http://%s"}
-users:
-- name: u
-  user: {%s}
-contexts:
-- name: x
-  context: {cluster: c, user: u}
-current-context: x
-`, addr, user), 0o600))
-	return path
-}
 
 // kubeConf is a network config of a kubernetes section with kubeconfig and
 // the section's other fields extra.
@@ -64,7 +41,7 @@ func inCluster(timeout time.Duration) (*plugin, *bytes.Buffer) {
 // minute: a call that waits for it fails the test.
 func TestKubernetesUnresponsive(t *testing.T) {
 	t.Parallel()
-	kc := kubeconfigOf(t, silent.Server(t), "")
+	kc := cmdtest.Kubeconfig(t, cmdtest.SilentServer(t), "")
 	conf := kubeConf(kc, `, "timeout": "300ms"`)
 	p, _ := inCluster(time.Minute)
 	args := &skel.CmdArgs{ContainerID: "c1", IfName: "eth0", Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p", StdinData: conf}
@@ -105,7 +82,7 @@ func kubeConfSection(t *testing.T, conf []byte) []byte {
 // an API server that never answers, it is not code 11 after a deadline.
 func TestKubernetesPodArgsMissing(t *testing.T) {
 	t.Parallel()
-	kc := kubeconfigOf(t, silent.Server(t), "")
+	kc := cmdtest.Kubeconfig(t, cmdtest.SilentServer(t), "")
 	p, _ := inCluster(time.Minute)
 	for _, cniArgs := range []string{"", "K8S_POD_NAMESPACE=default", "K8S_POD_NAME=p", "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME="} {
 		te := cniCode(t, p.cmdAdd(&skel.CmdArgs{ContainerID: "c1", IfName: "eth0", Args: cniArgs, StdinData: kubeConf(kc, "")}))
@@ -119,13 +96,13 @@ func TestKubernetesPodArgsMissing(t *testing.T) {
 // configuration error naming ipam.kubernetes.kubeconfig and the file.
 func TestKubernetesKubeconfigSizeLimited(t *testing.T) {
 	t.Parallel()
-	big := bigFile(t, 64<<20)
+	big := cmdtest.BigFile(t, 64<<20)
 	p, _ := inCluster(time.Minute)
 	args := "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p"
 	for kubeconfig, want := range map[string]string{
 		big: fmt.Sprintf("ipam.kubernetes.kubeconfig %q: larger than the limit of 4 MiB", big),
-		kubeconfigOf(t, "127.0.0.1:1", "client-certificate: "+big+", client-key: "+big): fmt.Sprintf(`users["u"]: file %q: larger than the limit of 4 MiB`, big),
-		kubeconfigOf(t, "127.0.0.1:1", "tokenFile: "+big):                               fmt.Sprintf(`users["u"]: file %q: larger than the limit of 4 MiB`, big),
+		cmdtest.Kubeconfig(t, "127.0.0.1:1", "client-certificate: "+big+", client-key: "+big): fmt.Sprintf(`users["u"]: file %q: larger than the limit of 4 MiB`, big),
+		cmdtest.Kubeconfig(t, "127.0.0.1:1", "tokenFile: "+big):                               fmt.Sprintf(`users["u"]: file %q: larger than the limit of 4 MiB`, big),
 	} {
 		conf := kubeConf(kubeconfig, "")
 		for name, cmd := range map[string]func(*skel.CmdArgs) error{"ADD": p.cmdAdd, "STATUS": p.cmdStatus} {
@@ -142,7 +119,7 @@ func TestKubernetesKubeconfigSizeLimited(t *testing.T) {
 // and says why on stderr.
 func TestKubernetesGCReleasesNothing(t *testing.T) {
 	t.Parallel()
-	kc := kubeconfigOf(t, silent.Server(t), "")
+	kc := cmdtest.Kubeconfig(t, cmdtest.SilentServer(t), "")
 	p, warn := inCluster(time.Minute)
 	conf := bytes.Replace(kubeConf(kc, ""), []byte(`"ipam"`), []byte(`"cni.dev/valid-attachments": [], "ipam"`), 1)
 	require.NoError(t, p.cmdGC(&skel.CmdArgs{StdinData: conf}))

@@ -4,35 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ipamkit/ipam/cmd/internal/silent"
+	"github.com/ipamkit/ipam/cmd/internal/cmdtest"
 )
-
-// writeKubeconfig writes a kubeconfig of the server at addr (plain http,
-// no credentials) and returns its path.
-func writeKubeconfig(t *testing.T, addr, extraUser string) string {
-	t.Helper()
-	return writeTemp(t, "kubeconfig", fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster: {server: "http://%s"}
-users:
-- name: u
-  user: {%s}
-contexts:
-- name: x
-  context: {cluster: c, user: u}
-current-context: x
-`, addr, extraUser))
-}
 
 // runCtx is runCmd within ctx.
 func runCtx(ctx context.Context, args ...string) (stdout, stderr string, code int) {
@@ -47,7 +26,7 @@ func runCtx(ctx context.Context, args ...string) (stdout, stderr string, code in
 // test gives run a deadline of its own, so that a command that ignores
 // --timeout fails the test instead of hanging it.
 func TestTimeoutMustBePositive(t *testing.T) {
-	kubeconfig := writeKubeconfig(t, silent.Server(t), "")
+	kubeconfig := cmdtest.Kubeconfig(t, cmdtest.SilentServer(t), "")
 	for _, cmd := range []string{"explain", "gc"} {
 		for _, timeout := range []string{"0s", "-1s"} {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -65,23 +44,12 @@ func TestTimeoutMustBePositive(t *testing.T) {
 	}
 }
 
-// bigFile returns the path of a sparse file of size bytes.
-func bigFile(t *testing.T, size int64) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "big")
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	require.NoError(t, f.Truncate(size))
-	require.NoError(t, f.Close())
-	return path
-}
-
 // TestFilesAreSizeLimited (issue 26, case 8): --kubeconfig and
 // --cni-config, and the files a kubeconfig names, are read up to 4 MiB;
 // a larger file (/dev/zero, which never ends) is an error that names the
 // flag and the file.
 func TestFilesAreSizeLimited(t *testing.T) {
-	big := bigFile(t, 64<<20)
+	big := cmdtest.BigFile(t, 64<<20)
 	pools := writeTemp(t, "pools.yaml", overlapping)
 	tests := []struct {
 		name string
@@ -90,7 +58,7 @@ func TestFilesAreSizeLimited(t *testing.T) {
 	}{
 		{"kubeconfig", []string{"explain", "--kubeconfig", big}, fmt.Sprintf("--kubeconfig %q: larger than the limit of 4 MiB", big)},
 		{"kubeconfig /dev/zero", []string{"gc", "--kubeconfig", "/dev/zero"}, `--kubeconfig "/dev/zero": larger than the limit of 4 MiB`},
-		{"client-key", []string{"explain", "--kubeconfig", writeKubeconfig(t, "127.0.0.1:1", `client-certificate: `+big+`, client-key: `+big)},
+		{"client-key", []string{"explain", "--kubeconfig", cmdtest.Kubeconfig(t, "127.0.0.1:1", `client-certificate: `+big+`, client-key: `+big)},
 			`users["u"]: file "` + big + `": larger than the limit of 4 MiB`},
 		{"cni-config", []string{"explain", "-f", pools, "--cni-config", big}, "--cni-config: " + big + ": larger than the limit of 4 MiB"},
 		{"cni-config /dev/zero", []string{"explain", "-f", pools, "--cni-config", "/dev/zero"}, "--cni-config: /dev/zero: larger than the limit of 4 MiB"},
