@@ -82,12 +82,13 @@ func TestListWithTwoItemsKeys(t *testing.T) {
 	yamlDoc := "apiVersion: v1\nkind: List\nitems:\n- " + pool("first", "10.1.0") + "\nitems:\n- " + pool("second", "10.2.0") + "\n"
 	jsonDoc := `{"apiVersion": "v1", "kind": "List",` + "\n" + `"items": [` + pool("first", "10.1.0") + "],\n" + `"items": [` + pool("second", "10.2.0") + "]}\n"
 	flowDoc := "apiVersion: v1\nkind: List\nitems: [" + pool("first", "10.1.0") + "]\nitems:\n- " + pool("second", "10.2.0") + "\n"
-	for name, doc := range map[string]string{"list.yaml": yamlDoc, "list.json": jsonDoc, "flow.yaml": flowDoc} {
+	nullDoc := `{"apiVersion": "v1", "kind": "List",` + "\n" + `"items": null,` + "\n" + `"items": [` + pool("second", "10.2.0") + "]}\n"
+	for name, doc := range map[string]string{"list.yaml": yamlDoc, "list.json": jsonDoc, "flow.yaml": flowDoc, "null.json": nullDoc} {
 		path := writeTemp(t, name, doc)
 		stdout, stderr, code := runCmd(t, "validate", "-f", path)
 		require.Equalf(t, exitProblem, code, "%s: %s%s", name, stdout, stderr)
 		lines := "3 and 5"
-		if name == "list.json" {
+		if name == "list.json" || name == "null.json" {
 			lines = "2 and 3"
 		} else if name == "flow.yaml" {
 			lines = "3 and 4"

@@ -382,7 +382,7 @@ func jsonList(v []byte, first int) rawDoc {
 	head := map[string]json.RawMessage{}
 	var items []rawDoc
 	lines := lineCounter{data: v, line: first}
-	itemsLine := 0
+	itemsLine, readWhole := 0, false
 	for dec.More() {
 		t, err := dec.Token()
 		key, ok := t.(string)
@@ -404,8 +404,14 @@ func jsonList(v []byte, first int) rawDoc {
 			head[key] = val
 			continue
 		}
-		if t, err := dec.Token(); err != nil || t != json.Delim('[') {
-			return whole // null, or not a list: read whole, which says so
+		switch t, err := dec.Token(); {
+		case err != nil || t == json.Delim('{'):
+			return whole // read whole, which says what is wrong
+		case t != json.Delim('['):
+			// null, or another scalar: read whole, which says so, once
+			// the other keys are checked for a second items.
+			readWhole = true
+			continue
 		}
 		for dec.More() {
 			start := dec.InputOffset()
@@ -420,7 +426,7 @@ func jsonList(v []byte, first int) rawDoc {
 		}
 	}
 	data, err := json.Marshal(head)
-	if err != nil {
+	if err != nil || readWhole {
 		return whole
 	}
 	return rawDoc{line: first, json: data, items: items, split: true}
