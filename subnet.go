@@ -429,11 +429,37 @@ func SubnetStatusOf(s *Subnet, pools []*Pool, autoPools []*AutoPool) SubnetStatu
 
 // setSize returns the number of addresses in set, at most math.MaxInt64.
 func setSize(set *netipx.IPSet) int64 {
-	var n int64
+	return clampInt64(setCount(set))
+}
+
+// setCount returns the number of addresses in set, exactly, except that the
+// whole IPv6 space (2^128) counts one less.
+func setCount(set *netipx.IPSet) u128 {
+	var n u128
 	for _, r := range set.Ranges() {
-		n = satAdd(n, rangeCount(r))
+		next := n.add(rangeSpan(r.From(), r.To()))
+		if next.less(n) || next == u128Max {
+			return u128Max
+		}
+		n = next.addOne()
 	}
 	return n
+}
+
+// clampInt64 returns n, or math.MaxInt64 if n is larger.
+func clampInt64(n u128) int64 {
+	if n.hi != 0 || n.lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(n.lo)
+}
+
+// clampInt returns n, or math.MaxInt if n is larger.
+func clampInt(n u128) int {
+	if n.hi != 0 || n.lo > math.MaxInt {
+		return math.MaxInt
+	}
+	return int(n.lo)
 }
 
 // rangeCount returns the number of addresses in r, at most math.MaxInt64.

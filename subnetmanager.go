@@ -110,7 +110,11 @@ type SubnetManager struct {
 	auto     map[string]*AutoPool   // by name
 	byUID    map[string][]*AutoPool // by application UID
 	pending  map[autoPoolKey]error  // why an application's pool cannot serve
-	waiting  map[string]*waiters    // by subnet name: what to retry when it frees addresses
+	// names are the names of pools being created, reserved until they
+	// are published or given up, so that decisions for different subnets
+	// never create two pools of one name.
+	names   map[string]bool
+	waiting map[string]*waiters // by subnet name: what to retry when it frees addresses
 
 	served sync.Map // name -> *Pool: what Pool returns
 	// list is every served pool by name, as of version; rebuilt on demand
@@ -213,6 +217,7 @@ func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
 		byUID:    make(map[string][]*AutoPool),
 		pending:  make(map[autoPoolKey]error),
 		waiting:  make(map[string]*waiters),
+		names:    make(map[string]bool),
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -572,6 +577,7 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 	}
 	defer unlock()
 	w := &managerWorld{m: m, ctx: ctx}
+	defer w.releaseNames()
 	e := newAutoPoolEngine(w, m.opts)
 	p := e.plan(app)
 	// The application's pools it no longer accounts for (it dropped an
@@ -956,6 +962,32 @@ func (m *SubnetManager) retry(ctx context.Context, subnets []string) ([]AutoPool
 type managerWorld struct {
 	m   *SubnetManager
 	ctx context.Context
+	// reserved are the names this world reserved (reserveName).
+	reserved []string
+}
+
+// reserveName reserves the name of a pool to create, and reports whether
+// it could: no pool is served under it and no decision reserved it.
+func (w *managerWorld) reserveName(name string) bool {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	if _, ok := w.m.served.Load(name); ok || w.m.names[name] {
+		return false
+	}
+	w.m.names[name] = true
+	w.reserved = append(w.reserved, name)
+	return true
+}
+
+// releaseNames gives up the names w reserved: their pools are published,
+// or were not created.
+func (w *managerWorld) releaseNames() {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	for _, n := range w.reserved {
+		delete(w.m.names, n)
+	}
+	w.reserved = nil
 }
 
 func (w *managerWorld) Subnet(name string) (*Subnet, bool) {

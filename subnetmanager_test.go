@@ -572,3 +572,48 @@ func TestSubnetManagerShrinkFences(t *testing.T) {
 		})
 	}
 }
+
+// TestSubnetManagerNameCollision pins issue 26 cases 3 and 6 in the
+// manager: two applications "web" whose UIDs share Spiderpool's five
+// characters both get a pool and are served (the second used to wait
+// forever, "one being deleted, perhaps"); an application with interfaces
+// "net1" and "NET1" is refused instead of overwriting its first pool; and
+// once every application is gone, the subnet has every address back.
+func TestSubnetManagerNameCollision(t *testing.T) {
+	ctx := t.Context()
+	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6(), ssSubnet7()}, Claims: memstore.New()})
+	require.NoError(t, err)
+	ann := ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "2")
+	a := ssApp("Deployment", "web", "11111111-1111-4111-8111-abcde0000001", 1, ann)
+	a.Namespace = "team-a"
+	b := ssApp("Deployment", "web", "22222222-2222-4222-8222-abcde0000002", 1, ann)
+	b.Namespace = "team-b"
+	d := ssOnly(t, mustSetApp(t, m, a))
+	require.Equal(t, "auto4-web-eth0-abcde", d.PoolName())
+	d = ssOnly(t, mustSetApp(t, m, b))
+	require.Equal(t, ipam.AutoPoolCreate, d.Action)
+	require.Equal(t, "auto4-web-eth0-abcde0000002", d.PoolName())
+	for _, app := range []ipam.Application{a, b} {
+		name, err := m.AutoPool(&ipam.Request{App: app.AppRef}, "eth0", 4, "subnet-6")
+		require.NoError(t, err)
+		p, ok := m.Pool(name)
+		require.True(t, ok)
+		require.Equal(t, app.Namespace, p.PodAffinity.MatchLabels[ipam.LabelAppNamespace])
+	}
+
+	c := ssApp("Deployment", "nics", "33333333-3333-4333-8333-333333333333", 1, ssAnn(ipam.AnnotationSubnets,
+		`[{"interface":"net1","ipv4":["subnet-6"]},{"interface":"NET1","ipv4":["subnet-7"]}]`))
+	ds, err := m.SetApplication(ctx, c)
+	require.ErrorIs(t, err, ipam.ErrInvalid)
+	require.ErrorContains(t, err, `"net1" and [1].interface "NET1" differ only in case`)
+	require.Equal(t, ipam.AutoPoolFail, ssOnly(t, ds).Action)
+
+	for _, app := range []ipam.Application{a, b, c} {
+		_, err := m.DeleteApplication(ctx, app.AppRef)
+		require.NoError(t, err)
+	}
+	require.Empty(t, m.AutoPools())
+	for _, st := range m.Status() {
+		require.Equal(t, int64(0), st.AllocatedIPCount, st.Name)
+	}
+}
