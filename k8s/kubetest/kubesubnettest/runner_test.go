@@ -115,7 +115,7 @@ func TestRunnerLifecycle(t *testing.T) {
 		st := statusOf(t, r, "life-6")
 		return st.AllocatedIPCount == 0, mustJSON(st)
 	})
-	// The addresses claimed to retire them are gone too.
+	// No claim is left behind.
 	cs, err := a.store.List(ctx, name)
 	require.NoError(t, err)
 	require.Empty(t, cs)
