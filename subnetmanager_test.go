@@ -712,3 +712,41 @@ func TestSubnetManagerHugePoolBounded(t *testing.T) {
 		})
 	}
 }
+
+// TestSubnetManagerNameReserved: decisions for different subnets run in
+// parallel, and a name being created for one is reserved, so that the
+// other, decided meanwhile, takes another name instead of overwriting the
+// pool (issue 26 case 6). The second application is set from within the
+// first one's Apply, when the first pool is decided but not served yet.
+func TestSubnetManagerNameReserved(t *testing.T) {
+	a := ssApp("Deployment", "web", "11111111-1111-4111-8111-abcde0000001", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "2"))
+	a.Namespace = "team-a"
+	b := ssApp("Deployment", "web", "22222222-2222-4222-8222-abcde0000002", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-7"]}`, ipam.AnnotationIPNumber, "2"))
+	b.Namespace = "team-b"
+	var m *ipam.SubnetManager
+	var inner []ipam.AutoPoolDecision
+	var once sync.Once
+	apply := func(ctx context.Context, d *ipam.AutoPoolDecision) error {
+		if d.App.UID == a.UID {
+			once.Do(func() {
+				var err error
+				inner, err = m.SetApplication(ctx, b)
+				require.NoError(t, err)
+			})
+		}
+		return nil
+	}
+	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6(), ssSubnet7()}, Claims: memstore.New(), Apply: apply})
+	require.NoError(t, err)
+	d := ssOnly(t, mustSetApp(t, m, a))
+	require.Equal(t, "auto4-web-eth0-abcde", d.PoolName())
+	di := ssOnly(t, inner)
+	require.Equal(t, ipam.AutoPoolCreate, di.Action)
+	require.Equal(t, "auto4-web-eth0-abcde0000002", di.PoolName())
+	require.Len(t, m.AutoPools(), 2)
+	for i, subnet := range []string{"subnet-6", "subnet-7"} {
+		app := []ipam.Application{a, b}[i]
+		_, err := m.AutoPool(&ipam.Request{App: app.AppRef}, "eth0", 4, subnet)
+		require.NoError(t, err)
+	}
+}
