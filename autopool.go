@@ -637,12 +637,12 @@ func AutoPoolName(family int, app AppRef, iface string) (string, error) {
 // auto-pool of an application's interface and IP family: AutoPoolName
 // (Spiderpool's), then the same with the whole last block of the UID
 // instead of its first five characters (for a UUID, twelve), then with
-// sixteen hexadecimal digits of the SHA-256 of the whole UID. Distinct UIDs
-// get distinct third names. A new pool takes the first name no pool has and
-// no other decision of the same call takes; Spiderpool has only the first,
-// and its second application waits forever. Pools are found by their
-// labels (the application's UID), never by their name, so a longer name
-// serves as well.
+// sixteen hexadecimal digits of the SHA-256 of the whole UID, which tells
+// distinct UIDs apart but for a hash collision. A new pool takes the first
+// name no pool has and no other decision of the same call takes; Spiderpool
+// has only the first, and its second application waits forever. Pools are
+// found by their labels (the application's UID), never by their name, so a
+// longer name serves as well.
 func AutoPoolNames(family int, app AppRef, iface string) ([]string, error) {
 	first, err := AutoPoolName(family, app, iface)
 	if err != nil {

@@ -26,16 +26,16 @@
 //     finalizer turns into a deletionTimestamp, so allocators stop using the
 //     pool; delete: the finalizer removed and the object deleted.
 //
-// A shrink or a deletion first fences the addresses it gives back, by range:
-// the leader's ipam.SubnetManager serves the pool without them and then
-// checks, in the allocators' Store (Options.Claims, a kubestore.Store), that
-// no pod claimed one since the decision; only then is the SpiderIPPool
-// written. No claim is written per address, so a pool of 16,777,216
-// addresses shrinks or goes as cheaply as one of ten. An agent whose
-// informer has not yet seen a shrink or a deletion may still claim such an
-// address in the old pool for the few milliseconds its informer lags; every
-// Allocator on a PoolSource that is not a Catalog checks each new claim
-// against the address's claims in every pool (kubestore's
+// A shrink or a deletion first checks, in the allocators' Store
+// (Options.Claims, a kubestore.Store), that no pod claimed one of the
+// addresses it gives back since the decision; only then is the SpiderIPPool
+// written. No claim is written per address (the check reads the pool's
+// claims, and the addresses go by range), so a pool of 16,777,216 addresses
+// shrinks or goes as cheaply as one of ten. An agent that claims such an
+// address in the old pool after the check, or whose informer has not yet
+// seen the change, does so for the few milliseconds until its informer
+// catches up; every Allocator on a PoolSource that is not a Catalog checks
+// each new claim against the address's claims in every pool (kubestore's
 // AddressClaimsAtLeast, from its watch when it follows one), so of two
 // claims of one address in two pools the later one is given back.
 //
