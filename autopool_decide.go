@@ -370,8 +370,9 @@ func familyIndex(fam int) int {
 //  1. Bad input fails the whole application and changes nothing (AutoPoolFail,
 //     Err naming the annotation or field and the value): malformed
 //     annotations; an unknown subnet, a subnet of the other family, or one
-//     being deleted; two interfaces on one subnet; a pool bigger than the
-//     subnet's totalIPCount; a third-party controller without a fixed
+//     being deleted; two interfaces on one subnet; two interfaces whose
+//     names differ only in case (a pool's name is lower-cased, so they
+//     would get one pool); a pool bigger than the subnet's totalIPCount; a third-party controller without a fixed
 //     ippool-ip-number (Spiderpool: "only supports fixed auto-created
 //     IPPool IP Number"), or with "+N" when its replica count is unknown.
 //     Its existing pools are kept as they are.
@@ -381,9 +382,14 @@ func familyIndex(fam int) int {
 //  4. The pool is the application's own (labelled with its UID), else a pool
 //     kept by an earlier application of the same group, kind, namespace and
 //     name with reclaim false (Spiderpool's reuse: the UID label is
-//     rewritten and the pool resized), else a new one (AutoPoolName) with
-//     the subnet's lowest free addresses: its addresses less every pool's,
-//     less the reserved addresses of the family.
+//     rewritten and the pool resized), else a new one with the subnet's
+//     lowest free addresses: its addresses less every pool's, less the
+//     reserved addresses of the family. The new pool is named by
+//     AutoPoolName, Spiderpool's name, unless a pool has that name or
+//     another create of the same call takes it (two applications whose
+//     UIDs share five characters): then by the next of AutoPoolNames that
+//     is free, or, if none is, it waits (AutoPoolWait). No two creates of
+//     one call have one name, whatever the input.
 //  5. Too small: it grows by the lowest free addresses, keeping its own.
 //     Too big: it gives back its lowest addresses that no pod holds, if
 //     enough are free; otherwise it waits (AutoPoolWait) until pods release
