@@ -455,8 +455,12 @@ func (a *AutoPool) Name() string { return a.Pool.Name }
 // Family returns 4 or 6.
 func (a *AutoPool) Family() int { return a.Pool.Family() }
 
-// Size returns the number of the pool's addresses.
-func (a *AutoPool) Size() int { return int(min(setSize(a.Pool.usable(nil)), maxIPNumber*4)) }
+// Size returns the number of the pool's addresses, or math.MaxInt if it
+// has more (an IPv6 pool may). The decisions count them exactly.
+func (a *AutoPool) Size() int { return clampInt(a.count()) }
+
+// count returns the number of the pool's addresses (see setCount).
+func (a *AutoPool) count() u128 { return setCount(a.Pool.usable(nil)) }
 
 // Labels returns the labels Spiderpool puts on an auto-pool.
 func (a *AutoPool) Labels() map[string]string {
@@ -621,14 +625,59 @@ func affinityApp(sel *LabelSelector) string {
 // server refuses), and dots and dashes at the cut are dropped, so that the
 // name stays a DNS subdomain. It is an error if the result is not one (an
 // interface name with characters a pool name cannot hold, say).
+//
+// The decisions use this name unless another pool has it (two
+// applications whose UIDs share those five characters, such as two
+// Deployments "web" in two namespaces): see AutoPoolNames.
 func AutoPoolName(family int, app AppRef, iface string) (string, error) {
-	uid := app.UID
+	return autoPoolName(family, app, iface, uidTail(app.UID, 5))
+}
+
+// AutoPoolNames returns the names the decisions try, in order, for a new
+// auto-pool of an application's interface and IP family: AutoPoolName
+// (Spiderpool's), then the same with the whole last block of the UID
+// instead of its first five characters (for a UUID, twelve), then with
+// sixteen hexadecimal digits of the SHA-256 of the whole UID, which tells
+// distinct UIDs apart but for a hash collision. A new pool takes the first
+// name no pool has and no other decision of the same call takes; Spiderpool
+// has only the first, and its second application waits forever. Pools are
+// found by their labels (the application's UID), never by their name, so a
+// longer name serves as well.
+func AutoPoolNames(family int, app AppRef, iface string) ([]string, error) {
+	first, err := AutoPoolName(family, app, iface)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{first}
+	if long := uidTail(app.UID, -1); len(long) > 5 {
+		if n, err := autoPoolName(family, app, iface, long); err == nil && n != first {
+			out = append(out, n)
+		}
+	}
+	sum := sha256.Sum256([]byte(app.UID))
+	if n, err := autoPoolName(family, app, iface, hex.EncodeToString(sum[:8])); err == nil && !slices.Contains(out, n) {
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// uidTail returns the first n characters (all, if n < 0) of the last
+// dash-separated block of uid.
+func uidTail(uid string, n int) string {
 	if i := strings.LastIndexByte(uid, '-'); i >= 0 {
 		uid = uid[i+1:]
 	}
-	uid = uid[:min(len(uid), 5)]
+	if n >= 0 {
+		uid = uid[:min(len(uid), n)]
+	}
+	return uid
+}
+
+// autoPoolName returns "auto<family>-<application name>-<interface>-<tag>",
+// lower-cased and cut as AutoPoolName says.
+func autoPoolName(family int, app AppRef, iface, tag string) (string, error) {
 	prefix := "auto" + strconv.Itoa(family) + "-"
-	suffix := "-" + strings.ToLower(iface) + "-" + strings.ToLower(uid)
+	suffix := "-" + strings.ToLower(iface) + "-" + strings.ToLower(tag)
 	name := strings.ToLower(app.Name)
 	if room := 253 - len(prefix) - len(suffix); len(name) > room {
 		name = strings.TrimRight(name[:max(room, 0)], ".-")

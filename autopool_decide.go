@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"go4.org/netipx"
@@ -369,8 +370,9 @@ func familyIndex(fam int) int {
 //  1. Bad input fails the whole application and changes nothing (AutoPoolFail,
 //     Err naming the annotation or field and the value): malformed
 //     annotations; an unknown subnet, a subnet of the other family, or one
-//     being deleted; two interfaces on one subnet; a pool bigger than the
-//     subnet's totalIPCount; a third-party controller without a fixed
+//     being deleted; two interfaces on one subnet; two interfaces whose
+//     names differ only in case (a pool's name is lower-cased, so they
+//     would get one pool); a pool bigger than the subnet's totalIPCount; a third-party controller without a fixed
 //     ippool-ip-number (Spiderpool: "only supports fixed auto-created
 //     IPPool IP Number"), or with "+N" when its replica count is unknown.
 //     Its existing pools are kept as they are.
@@ -380,9 +382,14 @@ func familyIndex(fam int) int {
 //  4. The pool is the application's own (labelled with its UID), else a pool
 //     kept by an earlier application of the same group, kind, namespace and
 //     name with reclaim false (Spiderpool's reuse: the UID label is
-//     rewritten and the pool resized), else a new one (AutoPoolName) with
-//     the subnet's lowest free addresses: its addresses less every pool's,
-//     less the reserved addresses of the family.
+//     rewritten and the pool resized), else a new one with the subnet's
+//     lowest free addresses: its addresses less every pool's, less the
+//     reserved addresses of the family. The new pool is named by
+//     AutoPoolName, Spiderpool's name, unless a pool has that name or
+//     another create of the same call takes it (two applications whose
+//     UIDs share five characters): then by the next of AutoPoolNames that
+//     is free, or, if none is, it waits (AutoPoolWait). No two creates of
+//     one call have one name, whatever the input.
 //  5. Too small: it grows by the lowest free addresses, keeping its own.
 //     Too big: it gives back its lowest addresses that no pod holds, if
 //     enough are free; otherwise it waits (AutoPoolWait) until pods release
@@ -495,10 +502,14 @@ type autoPoolEngine struct {
 	free map[string]*netipx.IPSet
 	// claimed are the kept pools a plan reuses, so that no two take one.
 	claimed map[*AutoPool]bool
+	// names are the names of the pools created in this call, each with
+	// what it is for, so that no two creates take one name.
+	names map[string]string
 }
 
 func newAutoPoolEngine(w AutoPoolView, opts AutoPoolOptions) *autoPoolEngine {
-	return &autoPoolEngine{w: w, def: opts.defaultNumber(), free: make(map[string]*netipx.IPSet), claimed: make(map[*AutoPool]bool)}
+	return &autoPoolEngine{w: w, def: opts.defaultNumber(), free: make(map[string]*netipx.IPSet),
+		claimed: make(map[*AutoPool]bool), names: make(map[string]string)}
 }
 
 func (e *autoPoolEngine) freeSet(s *Subnet) *netipx.IPSet {
@@ -508,6 +519,33 @@ func (e *autoPoolEngine) freeSet(s *Subnet) *netipx.IPSet {
 		e.free[s.Name] = f
 	}
 	return f
+}
+
+// freeName returns the first of names that no pool has and no decision of
+// this call took, and why each one before it could not be used.
+func (e *autoPoolEngine) freeName(names []string) (string, []string) {
+	var taken []string
+	for _, n := range names {
+		switch holder, planned := e.names[n]; {
+		case planned:
+			taken = append(taken, fmt.Sprintf("%q is planned for %s", n, holder))
+		case e.nameTaken(n):
+			taken = append(taken, fmt.Sprintf("%q is another pool's", n))
+		default:
+			return n, taken
+		}
+	}
+	return "", taken
+}
+
+// nameTaken reports whether a pool has the name n: the view says so, or,
+// for a view that reserves names (SubnetManager's, whose decisions for
+// different subnets run in parallel), it cannot reserve n.
+func (e *autoPoolEngine) nameTaken(n string) bool {
+	if r, ok := e.w.(interface{ reserveName(string) bool }); ok {
+		return !r.reserveName(n)
+	}
+	return e.w.PoolExists(n)
 }
 
 // appPlan is one application's decisions, before addresses are taken.
@@ -667,6 +705,16 @@ func (e *autoPoolEngine) entries(app *Application, cfg *AutoPoolConfig, desired 
 			out = append(out, autoPoolEntry{iface: sa.Interface, family: f.fam, subnet: s})
 		}
 	}
+	// Pool names are lower-cased: interfaces that differ only in case would
+	// get one pool (Spiderpool's check compares them as they are).
+	for i, sa := range cfg.Subnets {
+		for j := range i {
+			if o := cfg.Subnets[j].Interface; o != sa.Interface && strings.ToLower(o) == strings.ToLower(sa.Interface) {
+				errs = append(errs, a.newError(fmt.Sprintf("%s.interface %q and %s.interface %q differ only in case, and an auto-pool's name is lower-cased: they would get one pool; rename one",
+					jsonIndex(j), o, jsonIndex(i), sa.Interface), ErrInvalid))
+			}
+		}
+	}
 	for _, err := range errs {
 		setAnnotationObject(err, "pod template of "+app.AppRef.String())
 	}
@@ -714,20 +762,25 @@ func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, 
 		}
 	}
 	if cur == nil {
-		name, err := AutoPoolName(en.family, app.AppRef, en.iface)
+		names, err := AutoPoolNames(en.family, app.AppRef, en.iface)
 		if err != nil {
 			p.fail(d, err)
 			return
 		}
-		if e.w.PoolExists(name) {
-			e := aerr(fmt.Sprintf("a pool named %q exists and is not this application's (one being deleted, perhaps): waits until it is gone", name))
-			e.Pool = name
+		name, taken := e.freeName(names)
+		if name == "" {
+			e := aerr(fmt.Sprintf("every name this pool may have is taken: %s; waits until one is gone", strings.Join(taken, ", ")))
+			e.Pool = names[0]
 			p.wait(d, e)
 			return
 		}
+		e.names[name] = fmt.Sprintf("%s %s IPv%d", app.AppRef.String(), en.iface, en.family)
 		d.Action = AutoPoolCreate
 		d.Pool = newAutoPool(name, en.subnet, app.AppRef, en.iface, cfg, n, nil)
 		d.Message = why
+		if len(taken) > 0 {
+			d.Message = why + "; named " + strconv.Quote(name) + " because " + strings.Join(taken, ", ")
+		}
 		p.takes = append(p.takes, len(p.decisions))
 		p.decisions = append(p.decisions, d)
 		return
@@ -736,16 +789,16 @@ func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, 
 	next := *cur
 	next.App, next.Reclaim, next.IPNumber = app.AppRef, cfg.Reclaim, n
 	d.Pool = &next
-	size := cur.Size()
+	size, want := cur.count(), u128{0, uint64(max(desired, 0))}
 	switch {
-	case desired > size:
+	case want.cmp(size) > 0:
 		d.Action, d.Message = AutoPoolGrow, reused+why
 		if p.was == nil {
 			p.was = make(map[int]*AutoPool)
 		}
 		p.was[len(p.decisions)] = cur
 		p.takes = append(p.takes, len(p.decisions))
-	case desired < size:
+	case want.cmp(size) < 0:
 		used, err := e.w.UsedAddresses(cur)
 		if err != nil {
 			d.Pool = cur
@@ -757,11 +810,11 @@ func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, 
 		b.AddSet(cur.Pool.usable(nil))
 		b.RemoveSet(used)
 		idle, _ := b.IPSet()
-		excess := size - desired
-		if n := setSize(idle); n < int64(excess) {
+		excess := size.sub(want)
+		if n := setCount(idle); n.less(excess) {
 			d.Pool = cur
-			p.wait(d, aerr(fmt.Sprintf("shrinking from %d to %d addresses (%s) gives back %d, but pods hold %d of the %d, so only %d are free: waits for pods to release theirs",
-				size, desired, why, excess, size-int(n), size, n)))
+			p.wait(d, aerr(fmt.Sprintf("shrinking from %s to %d addresses (%s) gives back %s, but pods hold %s of the %s, so only %s are free: waits for pods to release theirs",
+				size, desired, why, excess, size.sub(n), size, n)))
 			return
 		}
 		removed, _ := takeLowest(idle, excess)
@@ -829,10 +882,10 @@ func (e *autoPoolEngine) take(p *appPlan) {
 		}
 		have := 0
 		if d.Action == AutoPoolGrow {
-			have = d.Pool.Size()
+			have = d.Pool.Size() // less than d.Desired
 		}
 		need := d.Desired - have
-		taken, rest := takeLowest(free, need)
+		taken, rest := takeLowest(free, u128{0, uint64(max(need, 0))})
 		if got := setSize(taken); got < int64(need) {
 			for name, f := range saved {
 				e.free[name] = f
@@ -903,28 +956,28 @@ func (e *autoPoolEngine) reclaim(a *AutoPool) AutoPoolDecision {
 	}
 	d.Action = AutoPoolDelete
 	d.Removed = a.Pool.usable(nil).Ranges()
-	d.Message = fmt.Sprintf("%s (uid %s) is gone or no longer asks for it, and ippool-reclaim is true: its %d addresses go back to the subnet",
-		a.App.String(), a.App.UID, a.Size())
+	d.Message = fmt.Sprintf("%s (uid %s) is gone or no longer asks for it, and ippool-reclaim is true: its %s addresses go back to the subnet",
+		a.App.String(), a.App.UID, a.count())
 	return d
 }
 
 // takeLowest returns the lowest n addresses of set (fewer if it has fewer),
 // and the rest.
-func takeLowest(set *netipx.IPSet, n int) (taken, rest *netipx.IPSet) {
+func takeLowest(set *netipx.IPSet, n u128) (taken, rest *netipx.IPSet) {
 	var tb, rb netipx.IPSetBuilder
 	rb.AddSet(set)
-	left := uint64(max(n, 0))
+	left := n
 	for _, r := range set.Ranges() {
-		if left == 0 {
+		if left.isZero() {
 			break
 		}
 		span := rangeSpan(r.From(), r.To())
 		to := r.To()
-		if span.hi == 0 && span.lo < left { // the whole range
-			left -= span.lo + 1
+		if span.less(left) { // the whole range: span+1 <= left
+			left = left.sub(span).subOne()
 		} else {
-			to = u128From(r.From()).add(u128{0, left - 1}).addr(r.From().Is4())
-			left = 0
+			to = u128From(r.From()).add(left.subOne()).addr(r.From().Is4())
+			left = u128{}
 		}
 		tb.AddRange(netipx.IPRangeFrom(r.From(), to))
 		rb.RemoveRange(netipx.IPRangeFrom(r.From(), to))

@@ -2,11 +2,14 @@ package ipam_test
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go4.org/netipx"
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/store"
@@ -339,11 +342,24 @@ func TestDecideAutoPoolsChanges(t *testing.T) {
 	require.Equal(t, ipam.AutoPoolFail, ds[1].Action)
 	require.ErrorContains(t, ds[1].Err, "listed twice")
 
-	// A pool of that name that is not the application's.
+	// A pool of that name that is not the application's: the next name.
 	squatter := ipam.MustParsePool(`{"name":"auto4-web-eth0-a5bd3","subnet":"10.6.0.0/16","ips":["10.6.168.110"]}`)
 	d = ssOnly(t, ssDecide(t, []ipam.Application{base}, subnets, []*ipam.Pool{squatter}, nil, nil))
+	require.Equal(t, ipam.AutoPoolCreate, d.Action)
+	require.Equal(t, "auto4-web-eth0-a5bd3cafe001", d.PoolName())
+	require.Contains(t, d.Message, `named "auto4-web-eth0-a5bd3cafe001" because "auto4-web-eth0-a5bd3" is another pool's`)
+	// Every name taken: it waits, naming them.
+	names, err := ipam.AutoPoolNames(4, base.AppRef, "eth0")
+	require.NoError(t, err)
+	require.Len(t, names, 3)
+	var squatters []*ipam.Pool
+	for i, n := range names {
+		squatters = append(squatters, ipam.MustParsePool(fmt.Sprintf(`{"name":%q,"subnet":"10.6.0.0/16","ips":["10.6.168.%d"]}`, n, 108+i)))
+	}
+	d = ssOnly(t, ssDecide(t, []ipam.Application{base}, subnets, squatters, nil, nil))
 	require.Equal(t, ipam.AutoPoolWait, d.Action)
-	require.ErrorContains(t, d.Err, `a pool named "auto4-web-eth0-a5bd3" exists and is not this application's`)
+	require.ErrorIs(t, d.Err, ipam.ErrNotReady)
+	require.ErrorContains(t, d.Err, `every name this pool may have is taken: "auto4-web-eth0-a5bd3" is another pool's, "auto4-web-eth0-a5bd3cafe001" is another pool's, "`+names[2]+`" is another pool's`)
 }
 
 func TestDecideAutoPoolsReserved(t *testing.T) {
@@ -439,4 +455,115 @@ func TestSubjectOfApp(t *testing.T) {
 func TestAppRefStatusName(t *testing.T) {
 	require.Equal(t, "apps_v1_Deployment_default_web", ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web"}.StatusName())
 	require.Equal(t, "v1_ReplicationController_default_rc", ipam.AppRef{APIVersion: "v1", Kind: "ReplicationController", Namespace: "default", Name: "rc"}.StatusName())
+}
+
+// requireOneNameEach fails if two decisions of ds create pools of one name.
+func requireOneNameEach(t *testing.T, ds []ipam.AutoPoolDecision) {
+	t.Helper()
+	seen := map[string]string{}
+	for _, d := range ds {
+		if d.Action != ipam.AutoPoolCreate {
+			continue
+		}
+		require.NotContainsf(t, seen, d.PoolName(), "two creates of %q: %s and %s", d.PoolName(), seen[d.PoolName()], d.String())
+		seen[d.PoolName()] = d.String()
+	}
+}
+
+// TestDecideAutoPoolsInterfaceCase pins issue 26 case 3: interfaces that
+// differ only in case ("net1", "NET1") would get one lower-cased pool name;
+// the application fails, naming both, and nothing is created.
+func TestDecideAutoPoolsInterfaceCase(t *testing.T) {
+	app := ssApp("Deployment", "web", ssUID, 2, ssAnn(ipam.AnnotationSubnets,
+		`[{"interface":"net1","ipv4":["subnet-6"]},{"interface":"NET1","ipv4":["subnet-7"]}]`))
+	ds := ssDecide(t, []ipam.Application{app}, []*ipam.Subnet{ssSubnet6(), ssSubnet7()}, nil, nil, nil)
+	requireOneNameEach(t, ds)
+	d := ssOnly(t, ds)
+	require.Equal(t, ipam.AutoPoolFail, d.Action)
+	require.Nil(t, d.Pool)
+	require.ErrorIs(t, d.Err, ipam.ErrInvalid)
+	require.ErrorContains(t, d.Err, `[0].interface "net1" and [1].interface "NET1" differ only in case`)
+	// One application at a time too.
+	snap, err := ipam.NewAutoPoolSnapshot([]*ipam.Subnet{ssSubnet6(), ssSubnet7()}, nil, nil, nil, nil)
+	require.NoError(t, err)
+	d = ssOnly(t, ipam.DecideApplication(&app, snap, ipam.AutoPoolOptions{}))
+	require.Equal(t, ipam.AutoPoolFail, d.Action)
+}
+
+// TestDecideAutoPoolsUIDCollision pins issue 26 case 6: two applications
+// of one name whose UIDs share the five characters Spiderpool keeps get
+// two pools: the first Spiderpool's name, the second a longer one.
+func TestDecideAutoPoolsUIDCollision(t *testing.T) {
+	ann := ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "2")
+	a := ssApp("Deployment", "web", "11111111-1111-4111-8111-abcde0000001", 1, ann)
+	a.Namespace = "team-a"
+	b := ssApp("Deployment", "web", "22222222-2222-4222-8222-abcde0000002", 1, ann)
+	b.Namespace = "team-b"
+	subnets := []*ipam.Subnet{ssSubnet6()}
+	ds := ssDecide(t, []ipam.Application{a, b}, subnets, nil, nil, nil)
+	requireOneNameEach(t, ds)
+	require.Len(t, ds, 2)
+	require.Equal(t, ipam.AutoPoolCreate, ds[0].Action)
+	require.Equal(t, "auto4-web-eth0-abcde", ds[0].PoolName())
+	require.Equal(t, ipam.AutoPoolCreate, ds[1].Action)
+	require.Equal(t, "auto4-web-eth0-abcde0000002", ds[1].PoolName())
+	require.Contains(t, ds[1].Message, `"auto4-web-eth0-abcde" is planned for Deployment team-a/web eth0 IPv4`)
+	require.Equal(t, []string{"10.6.168.103-10.6.168.104"}, ssIPs(ds[1].Pool))
+
+	// The first pool exists: the second application gets the longer name
+	// from DecideApplication too, and the first keeps its pool.
+	snap, err := ipam.NewAutoPoolSnapshot(subnets, nil, []*ipam.AutoPool{ds[0].Pool}, nil, nil)
+	require.NoError(t, err)
+	d := ssOnly(t, ipam.DecideApplication(&b, snap, ipam.AutoPoolOptions{}))
+	require.Equal(t, ipam.AutoPoolCreate, d.Action)
+	require.Equal(t, "auto4-web-eth0-abcde0000002", d.PoolName())
+	ds = ipam.DecideAutoPools([]ipam.Application{b, a}, snap, ipam.AutoPoolOptions{})
+	requireOneNameEach(t, ds)
+	require.Equal(t, ipam.AutoPoolCreate, ds[0].Action)
+	require.Equal(t, "auto4-web-eth0-abcde0000002", ds[0].PoolName())
+	require.Equal(t, ipam.AutoPoolKeep, ds[1].Action)
+	require.Equal(t, "auto4-web-eth0-abcde", ds[1].PoolName())
+
+	// UIDs that share their whole last block differ by the hash.
+	c := ssApp("Deployment", "web", "33333333-abcde0000002", 1, ann)
+	c.Namespace = "team-c"
+	ds = ssDecide(t, []ipam.Application{a, b, c}, subnets, nil, nil, nil)
+	requireOneNameEach(t, ds)
+	require.Equal(t, ipam.AutoPoolCreate, ds[2].Action)
+	names, err := ipam.AutoPoolNames(4, c.AppRef, "eth0")
+	require.NoError(t, err)
+	require.Equal(t, names[2], ds[2].PoolName())
+}
+
+// TestDecideAutoPoolsHugePool pins issue 26 case 5: a pool of more than
+// 2^26 addresses that has exactly its size is kept, not grown on every
+// decision, and one a few addresses too big shrinks.
+func TestDecideAutoPoolsHugePool(t *testing.T) {
+	v6 := ipam.MustParseSubnet(`{"name":"v6","subnet":"fd00::/64","ips":["fd00::1-fd00::ffff:ffff"]}`)
+	const pods = 100_000_000 // > 2^26
+	app := ssApp("Deployment", "big", ssUID, pods, ssAnn(ipam.AnnotationSubnet, `{"ipv6":["v6"]}`, ipam.AnnotationIPNumber, "+0"))
+	d := ssOnly(t, ssDecide(t, []ipam.Application{app}, []*ipam.Subnet{v6}, nil, nil, nil))
+	require.Equal(t, ipam.AutoPoolCreate, d.Action)
+	require.Equal(t, pods, d.Pool.Size())
+	pool := d.Pool
+
+	d = ssOnly(t, ssDecide(t, []ipam.Application{app}, []*ipam.Subnet{v6}, nil, []*ipam.AutoPool{pool}, nil))
+	require.Equal(t, ipam.AutoPoolKeep, d.Action, d.String())
+	require.Empty(t, d.Added)
+
+	// Five addresses too many: a shrink by five.
+	q := *pool.Pool
+	last := pool.Pool.IPs[len(pool.Pool.IPs)-1].To()
+	to := last
+	for range 5 {
+		to = to.Next()
+	}
+	q.IPs = append(slices.Clone(pool.Pool.IPs), netipx.IPRangeFrom(last.Next(), to))
+	bigger := *pool
+	bigger.Pool = &q
+	require.Equal(t, pods+5, bigger.Size())
+	d = ssOnly(t, ssDecide(t, []ipam.Application{app}, []*ipam.Subnet{v6}, nil, []*ipam.AutoPool{&bigger}, nil))
+	require.Equal(t, ipam.AutoPoolShrink, d.Action, d.String())
+	require.Equal(t, []string{"fd00::1-fd00::5"}, formatRanges(d.Removed))
+	require.Equal(t, pods, d.Pool.Size())
 }

@@ -301,6 +301,14 @@ func TestBadInput(t *testing.T) {
 		{name: "two range problems at once", n: 2,
 			run:  badParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.0/24","rangeStart":"10.0.1.1"},{"subnet":"10.0.0.0/31"}]}`),
 			want: []string{"ranges[0].rangeStart", "10.0.1.1", "ranges[1].subnet", "10.0.0.0/31"}},
+		// Issue 26 case 10: the overlap of ranges[1] in the same round as
+		// ranges[0]'s own problem.
+		{name: "an invalid range and an overlap at once", n: 2,
+			run:  badParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.0/24","rangeStart":"10.0.1.1"},{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.10","rangeEnd":"10.0.0.20"}]}`),
+			want: []string{"ranges[0].rangeStart", "10.0.1.1", `ranges[1] "10.0.0.10-10.0.0.20": overlaps ranges[0] 10.0.0.1-10.0.0.254 (with its invalid fields unset)`}},
+		{name: "a subnet with host bits and an overlap at once", n: 2,
+			run:  badParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.1/24"},{"subnet":"10.0.0.0/24","rangeStart":"10.0.0.10","rangeEnd":"10.0.0.20"}]}`),
+			want: []string{"ranges[0].subnet", "10.0.0.1/24", `ranges[1] "10.0.0.10-10.0.0.20": overlaps ranges[0]`}},
 		{name: "three selector problems at once", n: 3,
 			run:  badParsePool(`{"name":"p","subnet":"10.0.0.0/24","nodeAffinity":{"matchExpressions":[{"key":"cpu","operator":"Gt","values":["4"]},{"key":"-bad","operator":"Exists"},{"key":"zone","operator":"In"}]}}`),
 			want: []string{"matchExpressions[0].operator", "Gt", "matchExpressions[1].key", "-bad", "matchExpressions[2].values"}},

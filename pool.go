@@ -843,18 +843,54 @@ func (p *Pool) validateRanges(fe *fieldErrors) {
 	if p.IPVersion != 0 && fam != 0 && p.IPVersion != fam {
 		fe.add("ipVersion", fmt.Sprint(p.IPVersion), "does not match the ranges' IP family IPv%d", fam)
 	}
+	// Overlaps are checked in the same round as the ranges' own problems:
+	// an invalid range counts as what it would be with its invalid fields
+	// unset (see overlapProbe).
+	probes := make([]netipx.IPRange, len(p.Ranges))
+	for i, r := range p.Ranges {
+		probes[i] = overlapProbe(r)
+	}
 	for i := range rs {
 		for j := i + 1; j < len(rs); j++ {
-			a, b := rs[i], rs[j]
-			if !a.Start.IsValid() || !b.Start.IsValid() || a.Start.Is4() != b.Start.Is4() {
+			a, b := probes[i], probes[j]
+			if !a.IsValid() || !b.IsValid() || a.From().Is4() != b.From().Is4() || !a.Overlaps(b) {
 				continue
 			}
-			if a.IPRange().Overlaps(b.IPRange()) {
-				fe.add(fmt.Sprintf("ranges[%d]", j), b.String(), "overlaps ranges[%d] %s", i, a)
-			}
+			fe.add(fmt.Sprintf("ranges[%d]", j), rangeText(rs[j], b), "overlaps ranges[%d] %s", i, rangeText(rs[i], a))
 		}
 	}
 	p.validateExcludes(fe, fam, netip.Prefix{})
+}
+
+// overlapProbe returns the addresses of host-local range r for the overlap
+// check, or an invalid IPRange if they cannot be told: r's canonical range,
+// or, if r is invalid, the range it would have with a subnet with host bits
+// masked, and a rangeStart, rangeEnd or gateway that is not valid for its
+// subnet left unset.
+func overlapProbe(r Range) netipx.IPRange {
+	if r.Subnet.IsValid() {
+		r.Subnet = r.Subnet.Masked()
+		for _, a := range []*netip.Addr{&r.Start, &r.End, &r.Gateway} {
+			if a.IsValid() && !r.Subnet.Contains(*a) {
+				*a = netip.Addr{}
+			}
+		}
+	}
+	var fe fieldErrors
+	c := r.canonical(&fe, "")
+	if fe.err() != nil || !c.Start.IsValid() || c.End.Less(c.Start) {
+		return netipx.IPRange{}
+	}
+	return c.IPRange()
+}
+
+// rangeText returns r as the overlap message writes it: its canonical form,
+// or its addresses as the overlap check took them (probe) if r is invalid.
+func rangeText(r Range, probe netipx.IPRange) string {
+	if r.Start.IsValid() && r.End.IsValid() && !r.End.Less(r.Start) && r.IPRange() == probe {
+		return r.String()
+	}
+	return probe.String() + " (with its invalid fields unset)"
 }
 
 func (p *Pool) validateExcludes(fe *fieldErrors, fam int, subnet netip.Prefix) {

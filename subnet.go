@@ -362,12 +362,18 @@ type SubnetStatus struct {
 	Name string `json:"name"`
 	// TotalIPCount is the number of the subnet's usable addresses (IPs less
 	// ExcludeIPs; reserved addresses are counted, as Spiderpool counts them).
-	// Counts beyond math.MaxInt64 (huge IPv6 ranges) are written as
-	// math.MaxInt64.
+	// A count beyond math.MaxInt64 (an IPv6 subnet wider than a /65, say) is
+	// written as math.MaxInt64, and Saturated says so.
 	TotalIPCount int64 `json:"totalIPCount"`
 	// AllocatedIPCount is the number of addresses handed to pools (not the
-	// number pods use): the sum over ControlledIPPools.
+	// number pods use): the sum over ControlledIPPools, counted as
+	// TotalIPCount is.
 	AllocatedIPCount int64 `json:"allocatedIPCount"`
+	// Saturated reports that a count stands for more addresses than an
+	// int64 holds: that count is math.MaxInt64, meaning at least that many.
+	// Spiderpool's status has no such field; it is omitted from JSON when
+	// false.
+	Saturated bool `json:"saturated,omitempty"`
 	// ControlledIPPools lists, per pool name, the pool's addresses in the
 	// subnet and, for an auto-pool, its application as
 	// "<group>_<version>_<Kind>_<namespace>_<name>" (no group part for the
@@ -400,13 +406,19 @@ func (c ControlledIPs) MarshalJSON() ([]byte, error) {
 // their addresses. Other pools are ignored.
 func SubnetStatusOf(s *Subnet, pools []*Pool, autoPools []*AutoPool) SubnetStatus {
 	u := s.Usable()
-	st := SubnetStatus{Name: s.Name, TotalIPCount: setSize(u)}
+	total := setCount(u)
+	var allocated u128
+	st := SubnetStatus{Name: s.Name}
 	add := func(name string, set *netipx.IPSet, app string) {
 		if st.ControlledIPPools == nil {
 			st.ControlledIPPools = make(map[string]ControlledIPs)
 		}
 		st.ControlledIPPools[name] = ControlledIPs{IPs: set.Ranges(), Application: app}
-		st.AllocatedIPCount = satAdd(st.AllocatedIPCount, setSize(set))
+		if sum := allocated.add(setCount(set)); sum.less(allocated) {
+			allocated = u128Max
+		} else {
+			allocated = sum
+		}
 	}
 	for _, p := range pools {
 		if !s.Controls(p) {
@@ -424,30 +436,42 @@ func SubnetStatusOf(s *Subnet, pools []*Pool, autoPools []*AutoPool) SubnetStatu
 		}
 		add(a.Pool.Name, a.Pool.usable(nil), a.App.StatusName())
 	}
+	st.TotalIPCount, st.AllocatedIPCount = clampInt64(total), clampInt64(allocated)
+	st.Saturated = total.cmp(u128{0, math.MaxInt64}) > 0 || allocated.cmp(u128{0, math.MaxInt64}) > 0
 	return st
 }
 
 // setSize returns the number of addresses in set, at most math.MaxInt64.
 func setSize(set *netipx.IPSet) int64 {
-	var n int64
+	return clampInt64(setCount(set))
+}
+
+// setCount returns the number of addresses in set, exactly, except that the
+// whole IPv6 space (2^128) counts one less.
+func setCount(set *netipx.IPSet) u128 {
+	var n u128
 	for _, r := range set.Ranges() {
-		n = satAdd(n, rangeCount(r))
+		next := n.add(rangeSpan(r.From(), r.To()))
+		if next.less(n) || next == u128Max {
+			return u128Max
+		}
+		n = next.addOne()
 	}
 	return n
 }
 
-// rangeCount returns the number of addresses in r, at most math.MaxInt64.
-func rangeCount(r netipx.IPRange) int64 {
-	span := rangeSpan(r.From(), r.To())
-	if span.hi != 0 || span.lo >= math.MaxInt64 {
+// clampInt64 returns n, or math.MaxInt64 if n is larger.
+func clampInt64(n u128) int64 {
+	if n.hi != 0 || n.lo > math.MaxInt64 {
 		return math.MaxInt64
 	}
-	return int64(span.lo) + 1
+	return int64(n.lo)
 }
 
-func satAdd(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
+// clampInt returns n, or math.MaxInt if n is larger.
+func clampInt(n u128) int {
+	if n.hi != 0 || n.lo > math.MaxInt {
+		return math.MaxInt
 	}
-	return a + b
+	return int(n.lo)
 }

@@ -75,13 +75,15 @@ func FuzzParseSubnet(f *testing.F) {
 }
 
 // FuzzDecideAutoPools: whatever the annotations and counts, the decisions
-// never panic, every failure says why, and the pools created are disjoint and
-// inside the subnet.
+// never panic, every failure says why, and the pools created are disjoint,
+// inside the subnet, and of distinct names (a third application has the
+// first one's name and five UID characters, in another namespace).
 func FuzzDecideAutoPools(f *testing.F) {
 	f.Add(`{"ipv4":["subnet-6"]}`, "", "+1", "", 2, "Deployment")
 	f.Add("", `[{"interface":"eth0","ipv4":["subnet-6"]},{"interface":"net1","ipv4":["subnet-7"]}]`, "3", "false", 1, "StatefulSet")
 	f.Add(`{"ipv4":["subnet-6"],"ipv6":["x"]}`, "", "++1", "maybe", 40, "apps.kruise.io/v1alpha1/CloneSet")
 	f.Add(`{"ipv4":["subnet-7"]}`, "", "+0", "true", 0, "DaemonSet")
+	f.Add("", `[{"interface":"net1","ipv4":["subnet-6"]},{"interface":"NET1","ipv4":["subnet-7"]}]`, "1", "", 1, "Deployment")
 	f.Fuzz(func(t *testing.T, subnet, subnets, number, reclaim string, replicas int, kind string) {
 		ann := map[string]string{}
 		for k, v := range map[string]string{ipam.AnnotationSubnet: subnet, ipam.AnnotationSubnets: subnets, ipam.AnnotationIPNumber: number, ipam.AnnotationReclaim: reclaim} {
@@ -90,7 +92,9 @@ func FuzzDecideAutoPools(f *testing.F) {
 			}
 		}
 		replicas %= 1000
-		apps := []ipam.Application{ssApp(kind, "a", "u-a-a5bd3", replicas, ann), ssApp("Deployment", "b", "u-b-b0b0b", 3, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))}
+		twin := ssApp("Deployment", "a", "u-c-a5bd3c", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-7"]}`, ipam.AnnotationIPNumber, "1"))
+		twin.Namespace = "other"
+		apps := []ipam.Application{ssApp(kind, "a", "u-a-a5bd3", replicas, ann), ssApp("Deployment", "b", "u-b-b0b0b", 3, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`)), twin}
 		snap, err := ipam.NewAutoPoolSnapshot([]*ipam.Subnet{ssSubnet6(), ssSubnet7()}, nil, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -114,6 +118,9 @@ func FuzzDecideAutoPools(f *testing.F) {
 				t.Fatalf("name %q too long", a.Name())
 			}
 			for _, b := range created[:i] {
+				if a.Name() == b.Name() {
+					t.Fatalf("two pools named %q", a.Name())
+				}
 				for _, r := range a.Pool.IPs {
 					for _, q := range b.Pool.IPs {
 						if r.Overlaps(q) {

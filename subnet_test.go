@@ -133,11 +133,19 @@ func TestSubnetStatusOf(t *testing.T) {
 		ipam.MustParsePool(`{"name":"other","subnet":"fd01::/64","ips":["fd01::10"]}`),
 	}, nil)
 	require.Equal(t, int64(math.MaxInt64), st.TotalIPCount, "saturates")
+	require.True(t, st.Saturated, "and says so (issue 26 case 10)")
 	require.Equal(t, int64(15), st.AllocatedIPCount)
 	require.Len(t, st.ControlledIPPools, 1)
 	b, err := json.Marshal(st)
 	require.NoError(t, err)
-	require.JSONEq(t, `{"name":"big","totalIPCount":9223372036854775807,"allocatedIPCount":15,"controlledIPPools":{"p":{"ips":["fd00::11-fd00::1f"]}}}`, string(b))
+	require.JSONEq(t, `{"name":"big","totalIPCount":9223372036854775807,"allocatedIPCount":15,"saturated":true,"controlledIPPools":{"p":{"ips":["fd00::11-fd00::1f"]}}}`, string(b))
+	// 2^63 - 1 addresses exactly is not saturated; one more is.
+	exact := ipam.MustParseSubnet(`{"name":"exact","subnet":"fd00::/64","ips":["fd00::1-fd00::7fff:ffff:ffff:ffff"]}`)
+	st = ipam.SubnetStatusOf(exact, nil, nil)
+	require.Equal(t, int64(math.MaxInt64), st.TotalIPCount)
+	require.False(t, st.Saturated)
+	exact = ipam.MustParseSubnet(`{"name":"exact","subnet":"fd00::/64","ips":["fd00::1-fd00::8000:0:0:0"]}`)
+	require.True(t, ipam.SubnetStatusOf(exact, nil, nil).Saturated)
 	// A pool with addresses outside the subnet counts only those inside.
 	s6 := ssSubnet6()
 	st = ipam.SubnetStatusOf(s6, []*ipam.Pool{ipam.MustParsePool(`{"name":"half","subnet":"10.6.0.0/16","ips":["10.6.168.109-10.6.168.112"]}`)}, nil)

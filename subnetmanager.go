@@ -50,8 +50,10 @@ type SubnetManagerOptions struct {
 	// the decision leaves it (for AutoPoolDelete, the pool deleted). It is
 	// called with the lock of the pool's subnet held, so the changes of one
 	// subnet are written one at a time, in order, and those of different
-	// subnets in parallel. A shrink or a deletion has claimed the addresses
-	// it gives back when Apply is called. If Apply returns an error, the
+	// subnets in parallel. When Apply is called for a shrink or a deletion,
+	// the manager already serves the pool without the addresses it gives
+	// back, and has checked that no pod holds one (see SubnetManager). If
+	// Apply returns an error, the
 	// change is not made: the addresses stay where they were, and the
 	// decision becomes an AutoPoolWait whose Err wraps ErrNotReady and says
 	// why, retried on Sync. An application's pools are then not all or
@@ -79,9 +81,19 @@ type SubnetManagerOptions struct {
 //
 // The addresses of each pool live in the pool; a subnet keeps only the set
 // of its free addresses, and decisions for different subnets run in
-// parallel. A shrink or a deletion first claims, in the Claims store, every
-// address it gives back (create-if-absent, as a pod's claim would be), so
-// that an address a pod got in the meantime is never given to another pool.
+// parallel. A shrink or a deletion first fences, by range, the addresses it
+// gives back: it serves the pool with them excluded, so that no Allocator
+// on this manager hands one out any more (one that claimed one under the
+// old definition gives it back: it checks the definition after its
+// create), and then reads the pool's claims in the Claims store: if a pod
+// got one of them in the meantime, the change waits and the fence is
+// lifted. Its cost is that of the pool's ranges and claims, not of its
+// addresses (Spiderpool's pool of 16,777,216 addresses shrinks as cheaply as
+// one of ten). Allocators elsewhere (other processes) that still serve the
+// old definition are not fenced: a claim of theirs in the old pool meets
+// the new pool's claims of the address only through the Store's
+// store.AddressReader, where the later of the two is given back (every
+// Store of this module that several processes share has it).
 //
 // A pod asks for its application's pools with the subnet annotations and
 // names its application in Request.App (its top controller). The auto-pools
@@ -110,7 +122,11 @@ type SubnetManager struct {
 	auto     map[string]*AutoPool   // by name
 	byUID    map[string][]*AutoPool // by application UID
 	pending  map[autoPoolKey]error  // why an application's pool cannot serve
-	waiting  map[string]*waiters    // by subnet name: what to retry when it frees addresses
+	// names are the names of pools being created, reserved until they
+	// are published or given up, so that decisions for different subnets
+	// never create two pools of one name.
+	names   map[string]bool
+	waiting map[string]*waiters // by subnet name: what to retry when it frees addresses
 
 	served sync.Map // name -> *Pool: what Pool returns
 	// list is every served pool by name, as of version; rebuilt on demand
@@ -178,8 +194,9 @@ func (st *subnetState) index(a *AutoPool, add bool) {
 	}
 }
 
-// retiredOwner owns the claims a SubnetManager makes on addresses a pool
-// gives back, so that no pod claims them in that pool afterwards.
+// retiredOwner owned the claims earlier versions of SubnetManager made, one
+// per address a pool gave back; they are ignored as pods' claims and deleted
+// when found (unretire).
 var retiredOwner = store.Owner{ContainerID: "ipam.spidernet.io/subnet-manager"}
 
 func isRetired(c store.Claim) bool {
@@ -213,6 +230,7 @@ func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
 		byUID:    make(map[string][]*AutoPool),
 		pending:  make(map[autoPoolKey]error),
 		waiting:  make(map[string]*waiters),
+		names:    make(map[string]bool),
 	}
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
@@ -572,6 +590,7 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 	}
 	defer unlock()
 	w := &managerWorld{m: m, ctx: ctx}
+	defer w.releaseNames()
 	e := newAutoPoolEngine(w, m.opts)
 	p := e.plan(app)
 	// The application's pools it no longer accounts for (it dropped an
@@ -595,14 +614,15 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 		if d.Action != AutoPoolShrink {
 			continue
 		}
-		err := m.retire(ctx, d.Pool.Name(), d.Removed)
+		m.mu.Lock()
+		cur := m.auto[d.Pool.Name()]
+		m.mu.Unlock()
+		lift, err := m.fence(ctx, cur, d.Removed)
 		reason := fmt.Sprintf("shrinking: %v; retried when a pod is deleted", err)
 		if err == nil {
 			if err = m.write(ctx, d); err != nil {
 				reason = fmt.Sprintf("shrinking: %v; retried on Sync", err)
-				if uerr := m.unretire(ctx, d.Pool.Name(), d.Removed); uerr != nil {
-					m.log.Warn("ipam: cannot drop retirement claims; those addresses stay unused", "pool", d.Pool.Name(), "err", uerr)
-				}
+				lift()
 			}
 		}
 		if err != nil {
@@ -669,8 +689,9 @@ func (m *SubnetManager) commit(ctx context.Context, e *autoPoolEngine, d *AutoPo
 		return
 	}
 	if d.Action == AutoPoolGrow {
-		// Addresses this pool gave back before and now takes again carry its
-		// retirement claims: drop them, so that pods may claim them.
+		// Addresses this pool gave back before and now takes again may carry
+		// the retirement claims of an earlier version: drop them, so that
+		// pods may claim them.
 		if err := m.unretire(ctx, d.Pool.Name(), d.Added); err != nil {
 			m.log.Warn("ipam: cannot drop retirement claims; those addresses stay unused", "pool", d.Pool.Name(), "err", err)
 		}
@@ -681,23 +702,6 @@ func (m *SubnetManager) commit(ctx context.Context, e *autoPoolEngine, d *AutoPo
 	}
 	m.publishLocked(m.subnets[d.Subnet], d.Pool)
 	m.mu.Unlock()
-	if _, crossPool := m.claims.(store.AddressReader); d.Action == AutoPoolShrink && crossPool {
-		// The retirement claims fenced the addresses given back while the
-		// old definition was served. Now the new one is, and an Allocator
-		// that still claims one in this pool under the old definition
-		// gives it back itself (it checks the definition after its
-		// create), so the fences go: the addresses may serve another pool,
-		// which must not find them held here.
-		//
-		// A Store without AddressReader keeps them: an Allocator elsewhere
-		// that still serves the old definition (an agent whose informer
-		// has not seen the shrink yet) would claim an address another pool
-		// may now have, and there claims of two pools never meet. The
-		// fences go when the pool grows onto them again or is deleted.
-		if err := m.unretire(ctx, d.Pool.Name(), d.Removed); err != nil {
-			m.log.Warn("ipam: cannot drop retirement claims; those addresses stay unused", "pool", d.Pool.Name(), "err", err)
-		}
-	}
 }
 
 // publishLocked makes a the served version of its pool. The caller holds
@@ -735,40 +739,51 @@ func (m *SubnetManager) unpublishLocked(st *subnetState, a *AutoPool) {
 	m.version.Add(1)
 }
 
-// retire claims every address of rs in pool for retiredOwner, so that no
-// pod can claim it there any more. If a pod holds one, the claims made are
-// undone and the error says which address.
-func (m *SubnetManager) retire(ctx context.Context, pool string, rs []netipx.IPRange) error {
-	var done []store.Claim
-	undo := func() {
-		for _, c := range done {
-			if err := m.claims.Delete(ctx, c.Pool, c.IP, c.Revision); err != nil {
-				m.log.Warn("ipam: cannot undo a retirement claim", "pool", c.Pool, "ip", c.IP, "err", err)
-			}
+// fence serves a, the pool as it is served, without the addresses of rs,
+// and then checks in the Claims store that no pod holds one of them. From
+// the fence on, no Allocator on this manager hands one out, and one that
+// claimed one under the old definition gives it back (it reads the
+// definition after its create): so a claim the check does not see is given
+// back. If a pod holds one, or the claims cannot be read, the fence is
+// lifted and the error says why; else lift lifts it (the change could not
+// be written). It costs O(ranges + the pool's claims), whatever the number
+// of addresses. The caller holds the lock of a's subnet.
+func (m *SubnetManager) fence(ctx context.Context, a *AutoPool, rs []netipx.IPRange) (lift func(), err error) {
+	name := a.Name()
+	prev, _ := m.served.Load(name)
+	lift = func() {
+		if prev != nil {
+			m.served.Store(name, prev)
+			m.version.Add(1)
 		}
 	}
+	q := *a.Pool
+	q.Strategy = LowestFree
+	q.ExcludeIPs = append(slices.Clone(q.ExcludeIPs), rs...)
+	m.served.Store(name, &q)
+	m.version.Add(1)
+	var b netipx.IPSetBuilder
 	for _, r := range rs {
-		for ip := r.From(); r.Contains(ip); ip = ip.Next() {
-			c, err := m.claims.Create(ctx, store.Claim{Pool: pool, IP: ip, Owner: retiredOwner})
-			switch {
-			case errors.Is(err, store.ErrExists):
-				if held, gerr := m.claims.Get(ctx, pool, ip); gerr == nil && isRetired(held) {
-					continue // retired before
-				}
-				undo()
-				return fmt.Errorf("address %s was claimed by a pod meanwhile", ip)
-			case err != nil:
-				undo()
-				return fmt.Errorf("claiming %s: %w", ip, err)
-			}
-			done = append(done, c)
+		b.AddRange(r)
+	}
+	out, _ := b.IPSet()
+	cs, err := m.claims.List(ctx, name)
+	if err != nil {
+		lift()
+		return nil, fmt.Errorf("reading the pool's claims: %w", err)
+	}
+	for _, c := range cs {
+		if !isRetired(c) && out.Contains(c.IP) {
+			lift()
+			return nil, fmt.Errorf("address %s was claimed by a pod meanwhile", c.IP)
 		}
 	}
-	return nil
+	return lift, nil
 }
 
 // unretire deletes pool's retirement claims of the addresses of rs (all of
-// the pool's when rs is nil).
+// the pool's when rs is nil): the fences earlier versions wrote, one claim
+// per address given back, which may remain in a Store.
 func (m *SubnetManager) unretire(ctx context.Context, pool string, rs []netipx.IPRange) error {
 	cs, err := m.claims.List(ctx, pool)
 	if err != nil {
@@ -839,14 +854,13 @@ func (m *SubnetManager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a 
 		m.publishLocked(st, d.Pool)
 		m.mu.Unlock()
 	case AutoPoolDelete:
-		if err := m.retire(ctx, name, d.Removed); err != nil {
+		lift, err := m.fence(ctx, a, d.Removed)
+		if err != nil {
 			wait(fmt.Sprintf("deleting: %v; retried when a pod is deleted", err), nil)
 			break
 		}
 		if err := m.write(ctx, &d); err != nil {
-			if uerr := m.unretire(ctx, name, nil); uerr != nil {
-				m.log.Warn("ipam: cannot drop retirement claims; those addresses stay unused", "pool", name, "err", uerr)
-			}
+			lift()
 			wait(fmt.Sprintf("deleting: %v; retried on Sync", err), err)
 			break
 		}
@@ -854,7 +868,7 @@ func (m *SubnetManager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a 
 		m.unpublishLocked(st, a)
 		m.mu.Unlock()
 		if err := m.unretire(ctx, name, nil); err != nil {
-			m.log.Warn("ipam: cannot drop the retirement claims of a deleted pool", "pool", name, "err", err)
+			m.log.Warn("ipam: cannot drop old retirement claims of a deleted pool", "pool", name, "err", err)
 		}
 		e.release(&d)
 	}
@@ -956,6 +970,32 @@ func (m *SubnetManager) retry(ctx context.Context, subnets []string) ([]AutoPool
 type managerWorld struct {
 	m   *SubnetManager
 	ctx context.Context
+	// reserved are the names this world reserved (reserveName).
+	reserved []string
+}
+
+// reserveName reserves the name of a pool to create, and reports whether
+// it could: no pool is served under it and no decision reserved it.
+func (w *managerWorld) reserveName(name string) bool {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	if _, ok := w.m.served.Load(name); ok || w.m.names[name] {
+		return false
+	}
+	w.m.names[name] = true
+	w.reserved = append(w.reserved, name)
+	return true
+}
+
+// releaseNames gives up the names w reserved: their pools are published,
+// or were not created.
+func (w *managerWorld) releaseNames() {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	for _, n := range w.reserved {
+		delete(w.m.names, n)
+	}
+	w.reserved = nil
 }
 
 func (w *managerWorld) Subnet(name string) (*Subnet, bool) {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -100,21 +102,24 @@ func TestSubnetManagerAutoPoolErrors(t *testing.T) {
 	require.Equal(t, "eth0 IPv4 auto4-web-eth0-a5bd3: served (rank 1): already held", res.Trace[0].String())
 }
 
-// retireRace is a Store that, when the manager first claims an address to
-// retire it, lets a pod claim that address just before: the race between
-// a shrink's decision and an allocation in flight.
+// retireRace is a Store that, once armed, lets a pod claim the lowest
+// address of a pool just after the manager first read that pool's claims
+// (the read its shrink decision counts the idle addresses by): the race
+// between a shrink's decision and an allocation in flight.
 type retireRace struct {
 	store.Store
-	once sync.Once
+	armed atomic.Bool
+	once  sync.Once
 }
 
-func (s *retireRace) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
-	if c.Owner.UID == "" && c.Owner.ContainerID == "ipam.spidernet.io/subnet-manager" {
+func (s *retireRace) List(ctx context.Context, pool string) ([]store.Claim, error) {
+	cs, err := s.Store.List(ctx, pool)
+	if s.armed.Load() {
 		s.once.Do(func() {
-			_, _ = s.Store.Create(ctx, store.Claim{Pool: c.Pool, IP: c.IP, Owner: store.Owner{Namespace: "default", Name: "sneaky", UID: "uid-sneaky"}})
+			_, _ = s.Store.Create(ctx, store.Claim{Pool: pool, IP: netip.MustParseAddr("10.6.168.101"), Owner: store.Owner{Namespace: "default", Name: "sneaky", UID: "uid-sneaky"}})
 		})
 	}
-	return s.Store.Create(ctx, c)
+	return cs, err
 }
 
 func TestSubnetManagerShrinkRace(t *testing.T) {
@@ -126,6 +131,7 @@ func TestSubnetManagerShrinkRace(t *testing.T) {
 	_, err = m.SetApplication(ctx, app)
 	require.NoError(t, err)
 	app.Annotations = ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "1")
+	st.armed.Store(true)
 	ds, err := m.SetApplication(ctx, app)
 	require.ErrorIs(t, err, ipam.ErrNotReady)
 	d := ssOnly(t, ds)
@@ -133,7 +139,11 @@ func TestSubnetManagerShrinkRace(t *testing.T) {
 	require.Contains(t, d.Message, "address 10.6.168.101 was claimed by a pod meanwhile")
 	pool := m.AutoPools()[0]
 	require.Equal(t, []string{"10.6.168.101-10.6.168.103"}, ssIPs(pool), "nothing given back")
-	// The undone retirement left no claim behind but the pod's.
+	// The lifted fence left no claim behind but the pod's, and the pool is
+	// served whole again.
+	p, ok := m.Pool(pool.Name())
+	require.True(t, ok)
+	require.Empty(t, p.ExcludeIPs)
 	cs, err := st.List(ctx, pool.Name())
 	require.NoError(t, err)
 	require.Len(t, cs, 1)
@@ -316,7 +326,7 @@ func checkSubnetInvariants(t *testing.T, c *ssCluster, subnets []*ipam.Subnet, m
 		require.NoError(t, err)
 		for _, cl := range cs {
 			if cl.Owner.UID == "" {
-				continue // the manager's retirement claims
+				continue // not a pod's
 			}
 			ok := false
 			for _, r := range a.Pool.IPs {
@@ -487,7 +497,10 @@ func TestSubnetManagerApply(t *testing.T) {
 	require.Equal(t, []string{"10.6.168.101-10.6.168.105"}, ssIPs(m.AutoPools()[0]))
 	claims, err := st.List(ctx, "auto4-web-eth0-a5bd3")
 	require.NoError(t, err)
-	require.Empty(t, claims, "the addresses claimed to retire them are given back")
+	require.Empty(t, claims, "no claim is left behind")
+	p, ok := m.Pool("auto4-web-eth0-a5bd3")
+	require.True(t, ok)
+	require.Empty(t, p.ExcludeIPs, "the fence is lifted")
 	setFail(false)
 	_, err = m.Sync(ctx)
 	require.NoError(t, err)
@@ -541,34 +554,199 @@ func TestSubnetManagerResyncReclaimsFirst(t *testing.T) {
 // noAddressReader hides the AddressReader of the Store it wraps.
 type noAddressReader struct{ store.Store }
 
-// TestSubnetManagerShrinkFences: after a shrink, the claims that fenced the
-// addresses given back are dropped on a Store that finds the claims of an
-// address in every pool (AddressReader), and kept on one that does not, so
-// that an Allocator elsewhere still serving the old definition cannot claim
-// an address another pool now has.
+// TestSubnetManagerShrinkFences: a shrink fences the addresses it gives
+// back by range: when Apply writes it, the manager already serves the pool
+// without them, and it writes no claim in the Store (earlier versions wrote
+// one per address, and kept them on a Store without AddressReader).
 func TestSubnetManagerShrinkFences(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		st     store.Store
-		fences int
-	}{{"AddressReader", memstore.New(), 0}, {"no AddressReader", noAddressReader{memstore.New()}, 3}} {
+		name string
+		st   store.Store
+	}{{"AddressReader", memstore.New()}, {"no AddressReader", noAddressReader{memstore.New()}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: tc.st})
+			var m *ipam.SubnetManager
+			var served []string
+			apply := func(_ context.Context, d *ipam.AutoPoolDecision) error {
+				if d.Action == ipam.AutoPoolShrink {
+					p, ok := m.Pool(d.PoolName())
+					require.True(t, ok)
+					served = formatRanges(p.ExcludeIPs)
+				}
+				return nil
+			}
+			m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: tc.st, Apply: apply})
 			require.NoError(t, err)
 			app := ssApp("Deployment", "web", ssUID, 4, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
 			mustSetApp(t, m, app)
 			app.Replicas = intp(1)
-			require.Equal(t, ipam.AutoPoolShrink, ssOnly(t, mustSetApp(t, m, app)).Action)
+			d := ssOnly(t, mustSetApp(t, m, app))
+			require.Equal(t, ipam.AutoPoolShrink, d.Action)
+			require.Equal(t, []string{"10.6.168.101-10.6.168.103"}, formatRanges(d.Removed))
+			require.Equal(t, formatRanges(d.Removed), served, "fenced when Apply is called")
+			p, _ := m.Pool("auto4-web-eth0-a5bd3")
+			require.Empty(t, p.ExcludeIPs, "the new definition replaces the fence")
 			cs, err := tc.st.List(ctx, "auto4-web-eth0-a5bd3")
 			require.NoError(t, err)
-			require.Len(t, cs, tc.fences)
-			// Growing onto them again drops them.
+			require.Empty(t, cs)
+			// Growing onto them again works.
 			app.Replicas = intp(4)
 			require.Equal(t, ipam.AutoPoolGrow, ssOnly(t, mustSetApp(t, m, app)).Action)
-			cs, err = tc.st.List(ctx, "auto4-web-eth0-a5bd3")
-			require.NoError(t, err)
-			require.Empty(t, cs)
 		})
+	}
+}
+
+// TestSubnetManagerNameCollision pins issue 26 cases 3 and 6 in the
+// manager: two applications "web" whose UIDs share Spiderpool's five
+// characters both get a pool and are served (the second used to wait
+// forever, "one being deleted, perhaps"); an application with interfaces
+// "net1" and "NET1" is refused instead of overwriting its first pool; and
+// once every application is gone, the subnet has every address back.
+func TestSubnetManagerNameCollision(t *testing.T) {
+	ctx := t.Context()
+	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6(), ssSubnet7()}, Claims: memstore.New()})
+	require.NoError(t, err)
+	ann := ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "2")
+	a := ssApp("Deployment", "web", "11111111-1111-4111-8111-abcde0000001", 1, ann)
+	a.Namespace = "team-a"
+	b := ssApp("Deployment", "web", "22222222-2222-4222-8222-abcde0000002", 1, ann)
+	b.Namespace = "team-b"
+	d := ssOnly(t, mustSetApp(t, m, a))
+	require.Equal(t, "auto4-web-eth0-abcde", d.PoolName())
+	d = ssOnly(t, mustSetApp(t, m, b))
+	require.Equal(t, ipam.AutoPoolCreate, d.Action)
+	require.Equal(t, "auto4-web-eth0-abcde0000002", d.PoolName())
+	for _, app := range []ipam.Application{a, b} {
+		name, err := m.AutoPool(&ipam.Request{App: app.AppRef}, "eth0", 4, "subnet-6")
+		require.NoError(t, err)
+		p, ok := m.Pool(name)
+		require.True(t, ok)
+		require.Equal(t, app.Namespace, p.PodAffinity.MatchLabels[ipam.LabelAppNamespace])
+	}
+
+	c := ssApp("Deployment", "nics", "33333333-3333-4333-8333-333333333333", 1, ssAnn(ipam.AnnotationSubnets,
+		`[{"interface":"net1","ipv4":["subnet-6"]},{"interface":"NET1","ipv4":["subnet-7"]}]`))
+	ds, err := m.SetApplication(ctx, c)
+	require.ErrorIs(t, err, ipam.ErrInvalid)
+	require.ErrorContains(t, err, `"net1" and [1].interface "NET1" differ only in case`)
+	require.Equal(t, ipam.AutoPoolFail, ssOnly(t, ds).Action)
+
+	for _, app := range []ipam.Application{a, b, c} {
+		_, err := m.DeleteApplication(ctx, app.AppRef)
+		require.NoError(t, err)
+	}
+	require.Empty(t, m.AutoPools())
+	for _, st := range m.Status() {
+		require.Equal(t, int64(0), st.AllocatedIPCount, st.Name)
+	}
+}
+
+// createLimit is a Store that refuses to write more than limit claims, so
+// that a manager writing one claim per address fails at once instead of
+// running out of memory.
+type createLimit struct {
+	store.Store
+	n, limit atomic.Int64
+}
+
+func (s *createLimit) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
+	if s.n.Add(1) > s.limit.Load() {
+		return store.Claim{}, errors.New("test: too many claims written")
+	}
+	return s.Store.Create(ctx, c)
+}
+
+// allocated returns the bytes f allocates (runtime.MemStats.TotalAlloc).
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestSubnetManagerHugePoolBounded pins issue 26 case 4: shrinking and
+// deleting an auto-pool of 16,777,216 addresses (the largest
+// ippool-ip-number), IPv6 and IPv4, writes no claim per address and
+// allocates a bounded amount of memory (it used to write one claim per
+// address under the subnet's lock: 954 MB for a million, out of memory for
+// 16,777,216). BenchmarkSubnetManagerHugePool times it.
+func TestSubnetManagerHugePoolBounded(t *testing.T) {
+	const bound = 1 << 20 // bytes per change (about 16 KiB measured); one claim per address would be gigabytes
+	for _, tc := range []struct{ name, subnet, ann string }{
+		{"IPv6", `{"name":"big","subnet":"fd00::/64","ips":["fd00::1-fd00::ffff:ffff"]}`, `{"ipv6":["big"]}`},
+		{"IPv4", `{"name":"big","subnet":"10.0.0.0/7","ips":["10.0.0.1-11.255.255.254"]}`, `{"ipv4":["big"]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			st := &createLimit{Store: memstore.New()}
+			st.limit.Store(1000)
+			m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ipam.MustParseSubnet(tc.subnet)}, Claims: st})
+			require.NoError(t, err)
+			set := func(n string, want ipam.AutoPoolAction) ipam.AutoPoolDecision {
+				t.Helper()
+				app := ssApp("Deployment", "huge", ssUID, 1, ssAnn(ipam.AnnotationSubnet, tc.ann, ipam.AnnotationIPNumber, n))
+				var d ipam.AutoPoolDecision
+				b := allocated(func() { d = ssOnly(t, mustSetApp(t, m, app)) })
+				require.Equal(t, want, d.Action, d.String())
+				require.LessOrEqualf(t, b, uint64(bound), "%s to %s allocated %d bytes", want, n, b)
+				return d
+			}
+			set("16777216", ipam.AutoPoolCreate)
+			d := set("1", ipam.AutoPoolShrink)
+			require.Equal(t, 1, d.Pool.Size())
+			set("16777216", ipam.AutoPoolGrow)
+			require.Equal(t, 16777216, m.AutoPools()[0].Size())
+			var ds []ipam.AutoPoolDecision
+			b := allocated(func() {
+				ds, err = m.DeleteApplication(ctx, ssApp("Deployment", "huge", ssUID, 1, nil).AppRef)
+			})
+			require.NoError(t, err)
+			dd := ssOnly(t, ds)
+			require.Equal(t, ipam.AutoPoolDelete, dd.Action, dd.String())
+			require.LessOrEqualf(t, b, uint64(bound), "delete allocated %d bytes", b)
+			require.Empty(t, m.AutoPools())
+			require.Equal(t, int64(0), m.Status()[0].AllocatedIPCount)
+			require.Zero(t, st.n.Load(), "no claim written")
+		})
+	}
+}
+
+// TestSubnetManagerNameReserved: decisions for different subnets run in
+// parallel, and a name being created for one is reserved, so that the
+// other, decided meanwhile, takes another name instead of overwriting the
+// pool (issue 26 case 6). The second application is set from within the
+// first one's Apply, when the first pool is decided but not served yet.
+func TestSubnetManagerNameReserved(t *testing.T) {
+	a := ssApp("Deployment", "web", "11111111-1111-4111-8111-abcde0000001", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "2"))
+	a.Namespace = "team-a"
+	b := ssApp("Deployment", "web", "22222222-2222-4222-8222-abcde0000002", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-7"]}`, ipam.AnnotationIPNumber, "2"))
+	b.Namespace = "team-b"
+	var m *ipam.SubnetManager
+	var inner []ipam.AutoPoolDecision
+	var once sync.Once
+	apply := func(ctx context.Context, d *ipam.AutoPoolDecision) error {
+		if d.App.UID == a.UID {
+			once.Do(func() {
+				var err error
+				inner, err = m.SetApplication(ctx, b)
+				require.NoError(t, err)
+			})
+		}
+		return nil
+	}
+	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6(), ssSubnet7()}, Claims: memstore.New(), Apply: apply})
+	require.NoError(t, err)
+	d := ssOnly(t, mustSetApp(t, m, a))
+	require.Equal(t, "auto4-web-eth0-abcde", d.PoolName())
+	di := ssOnly(t, inner)
+	require.Equal(t, ipam.AutoPoolCreate, di.Action)
+	require.Equal(t, "auto4-web-eth0-abcde0000002", di.PoolName())
+	require.Len(t, m.AutoPools(), 2)
+	for i, subnet := range []string{"subnet-6", "subnet-7"} {
+		app := []ipam.Application{a, b}[i]
+		_, err := m.AutoPool(&ipam.Request{App: app.AppRef}, "eth0", 4, subnet)
+		require.NoError(t, err)
 	}
 }

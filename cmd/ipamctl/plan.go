@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/ipamkit/ipam"
@@ -222,12 +224,33 @@ func (p *planned) writeTable(w io.Writer) error {
 	t := newTable(ew)
 	fmt.Fprintln(t, "SUBNET\tTOTAL\tALLOCATED\tFREE")
 	for _, s := range p.subnets {
-		fmt.Fprintf(t, "%s\t%d\t%d\t%d\n", s.Name, s.TotalIPCount, s.AllocatedIPCount, s.TotalIPCount-s.AllocatedIPCount)
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", s.Name, atLeast(s, s.TotalIPCount), atLeast(s, s.AllocatedIPCount), freeCount(s))
 	}
 	if err := t.Flush(); err != nil {
 		return err
 	}
 	return ew.err
+}
+
+// atLeast writes count n of status s, ">=" before it if it is saturated
+// (math.MaxInt64 standing for more).
+func atLeast(s ipam.SubnetStatus, n int64) string {
+	if s.Saturated && n == math.MaxInt64 {
+		return ">=" + strconv.FormatInt(n, 10)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// freeCount writes the free addresses of status s: exact, at least a count
+// when only the total is saturated, "-" when both counts are.
+func freeCount(s ipam.SubnetStatus) string {
+	switch {
+	case s.Saturated && s.AllocatedIPCount == math.MaxInt64:
+		return "-"
+	case s.Saturated && s.TotalIPCount == math.MaxInt64:
+		return ">=" + strconv.FormatInt(s.TotalIPCount-s.AllocatedIPCount, 10)
+	}
+	return strconv.FormatInt(s.TotalIPCount-s.AllocatedIPCount, 10)
 }
 
 // The JSON form of plan's output, documented in README.md.
@@ -249,6 +272,7 @@ type (
 		Name             string `json:"name"`
 		TotalIPCount     int64  `json:"totalIPCount"`
 		AllocatedIPCount int64  `json:"allocatedIPCount"`
+		Saturated        bool   `json:"saturated,omitempty"`
 	}
 	jsonPlanProblem struct {
 		Object  string `json:"object"`
@@ -263,7 +287,7 @@ func (p *planned) writeJSON(w io.Writer, c *cluster) error {
 			IPs: pp.ips, Labels: pp.labels, Reason: string(pp.action) + ": " + pp.message})
 	}
 	for _, s := range p.subnets {
-		out.Subnets = append(out.Subnets, jsonPlanSubnet{Name: s.Name, TotalIPCount: s.TotalIPCount, AllocatedIPCount: s.AllocatedIPCount})
+		out.Subnets = append(out.Subnets, jsonPlanSubnet{Name: s.Name, TotalIPCount: s.TotalIPCount, AllocatedIPCount: s.AllocatedIPCount, Saturated: s.Saturated})
 	}
 	for _, pr := range c.sortedProblems() {
 		obj := pr.at.String()

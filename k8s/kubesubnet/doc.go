@@ -26,18 +26,18 @@
 //     finalizer turns into a deletionTimestamp, so allocators stop using the
 //     pool; delete: the finalizer removed and the object deleted.
 //
-// A shrink or a deletion first claims, in the allocators' Store
-// (Options.Claims, a kubestore.Store), each address it gives back, so that no
-// allocator takes one in the meantime. Those of a shrink go once the new
-// definition is published (on a Store without store.AddressReader they
-// would stay until the pool grows onto them again or goes). Those of a
-// deletion go with the pool. An agent whose informer has not yet seen a
-// shrink or a deletion may still claim such an address in the old pool for
-// the few milliseconds its informer lags; every Allocator on a PoolSource
-// that is not a Catalog checks each new claim against the address's claims
-// in every pool (kubestore's AddressClaimsAtLeast, from its watch when it
-// follows one), so of two claims of one address in two pools the later one
-// is given back.
+// A shrink or a deletion first checks, in the allocators' Store
+// (Options.Claims, a kubestore.Store), that no pod claimed one of the
+// addresses it gives back since the decision; only then is the SpiderIPPool
+// written. No claim is written per address (the check reads the pool's
+// claims, and the addresses go by range), so a pool of 16,777,216 addresses
+// shrinks or goes as cheaply as one of ten. An agent that claims such an
+// address in the old pool after the check, or whose informer has not yet
+// seen the change, does so for the few milliseconds until its informer
+// catches up; every Allocator on a PoolSource that is not a Catalog checks
+// each new claim against the address's claims in every pool (kubestore's
+// AddressClaimsAtLeast, from its watch when it follows one), so of two
+// claims of one address in two pools the later one is given back.
 //
 // No object holds every pool's addresses: each SpiderIPPool holds its own,
 // and a subnet's free addresses are kept by the Runner in memory, read again

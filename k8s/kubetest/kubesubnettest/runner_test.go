@@ -115,7 +115,7 @@ func TestRunnerLifecycle(t *testing.T) {
 		st := statusOf(t, r, "life-6")
 		return st.AllocatedIPCount == 0, mustJSON(st)
 	})
-	// The addresses claimed to retire them are gone too.
+	// No claim is left behind.
 	cs, err := a.store.List(ctx, name)
 	require.NoError(t, err)
 	require.Empty(t, cs)
@@ -302,6 +302,58 @@ func TestRunnerThirdParty(t *testing.T) {
 	eventually(t, "the CloneSet's pool gone", func() (bool, string) {
 		_, ok, _ := poolIPs(t, name)
 		return !ok, name
+	})
+	checkDisjoint(t)
+}
+
+// TestRunnerNameCollision pins issue 26 case 6 on the real API server: two
+// applications "front" in two namespaces whose UIDs share the five
+// characters Spiderpool keeps in a pool's name both get a SpiderIPPool (the
+// second under a longer name) and both serve their pods; the second used to
+// wait forever ("one being deleted, perhaps"). Third-party applications,
+// because their UIDs are the caller's to give.
+func TestRunnerNameCollision(t *testing.T) {
+	ctx := t.Context()
+	createSubnet(t, "clash-6", "10.65.0.0/16", "10.65.0.10-10.65.0.50", "")
+	r, _ := startRunner(t, kubesubnet.Options{})
+	a := startAgent(t)
+	replicas := 1
+	app := func(ns, uid string) ipam.Application {
+		return ipam.Application{
+			AppRef:      ipam.AppRef{APIVersion: "apps.kruise.io/v1alpha1", Kind: "CloneSet", Namespace: ns, Name: "front", UID: uid},
+			Annotations: subnetAnn("clash-6", ipam.AnnotationIPNumber, "2"),
+			Replicas:    &replicas,
+		}
+	}
+	apps := []ipam.Application{app("clash-a", "11111111-1111-4111-8111-abcde0000001"), app("clash-b", "22222222-2222-4222-8222-abcde0000002")}
+	var names []string
+	for _, x := range apps {
+		ds, err := r.SetApplication(ctx, x)
+		require.NoError(t, err)
+		require.Equal(t, ipam.AutoPoolCreate, ds[0].Action)
+		names = append(names, ds[0].PoolName())
+	}
+	require.Equal(t, []string{"auto4-front-eth0-abcde", "auto4-front-eth0-abcde0000002"}, names)
+	waitIPs(t, names[0], "10.65.0.10-10.65.0.11")
+	waitIPs(t, names[1], "10.65.0.12-10.65.0.13")
+	for i, x := range apps {
+		eventually(t, "the agent sees the pool", func() (bool, string) {
+			_, err := a.pools.AutoPool(&ipam.Request{App: x.AppRef}, "eth0", 4, "clash-6")
+			return err == nil, fmt.Sprint(err)
+		})
+		res, err := a.alloc.Allocate(ctx, request(x.Namespace, "front-0", x.AppRef, subnetAnn("clash-6")))
+		require.NoError(t, err)
+		require.Equal(t, names[i], res.IPs[0].Pool)
+		require.NoError(t, a.alloc.Release(ctx, store.Owner{UID: "uid-" + x.Namespace + "-front-0"}))
+	}
+	for _, x := range apps {
+		_, err := r.DeleteApplication(ctx, x.AppRef)
+		require.NoError(t, err)
+	}
+	eventually(t, "both pools gone", func() (bool, string) {
+		_, ok0, _ := poolIPs(t, names[0])
+		_, ok1, _ := poolIPs(t, names[1])
+		return !ok0 && !ok1, fmt.Sprint(ok0, ok1)
 	})
 	checkDisjoint(t)
 }
