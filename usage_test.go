@@ -297,7 +297,7 @@ type recorder struct {
 	released  []ipam.ReleaseEvent
 }
 
-func (r *recorder) Start() time.Time                 { r.clock = r.clock.Add(time.Second); return r.clock }
+func (r *recorder) Start() time.Time                { r.clock = r.clock.Add(time.Second); return r.clock }
 func (r *recorder) Allocated(ev ipam.AllocateEvent) { r.allocated = append(r.allocated, ev) }
 func (r *recorder) Released(ev ipam.ReleaseEvent)   { r.released = append(r.released, ev) }
 
