@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/store"
 )
 
 // runPools prints every pool's usage (ipam.Usage): its total (the addresses
@@ -25,35 +26,22 @@ import (
 //     directory's lock and leaves its index mark on it; no claim or cursor
 //     file is written).
 func runPools(ctx context.Context, args []string, in *input, stdout, stderr io.Writer, clock func() time.Time) int {
-	var (
-		out      = output("table")
-		cniConf  string
-		stateDir string
-	)
+	out := output("table")
 	fs := newFlagSet("pools", stderr, in)
-	fs.StringVar(&cniConf, "cni-config", "", "read a node's state: host-local's range sets from this CNI network config `file` (with --state-dir or its dataDir)")
-	fs.StringVar(&stateDir, "state-dir", "", "with --cni-config, the network's state `directory` (default <ipam.dataDir>/<name>)")
 	fs.Var(&out, "o", "output `format`: table or json")
-	addKubeconfig(fs, in)
-	if !hasFlag(args, "cni-config", "state-dir") {
-		if code, ok := parseFlags(fs, args, in); !ok {
-			return code
-		}
-	} else if code, ok := parseStateFlags(fs, args, in, &cniConf); !ok {
+	var src source
+	src.flags(fs, in)
+	if code, ok := src.parse(fs, args, in, false); !ok {
 		return code
 	}
-
-	var (
-		usages []ipam.Usage
-		c      *cluster
-		err    error
-	)
 	ctx, cancel := in.bound(ctx)
 	defer cancel()
-	if cniConf != "" {
-		usages, err = stateUsage(ctx, cniConf, stateDir, clock())
-	} else {
-		usages, c, err = clusterUsage(ctx, in, clock())
+	now := clock()
+	a, c, _, done, err := src.open(ctx, in, now)
+	var usages []ipam.Usage
+	if err == nil {
+		defer done()
+		usages, err = a.Usage(ctx, now)
 	}
 	if err != nil {
 		if c != nil {
@@ -77,6 +65,74 @@ func runPools(ctx context.Context, args []string, in *input, stdout, stderr io.W
 	return exitOK
 }
 
+// source is where pools and who hold their addresses are read: manifests,
+// a live cluster, or a node's state directory.
+type source struct {
+	cniConf, stateDir string
+}
+
+// flags adds the flags of every source to fs.
+func (s *source) flags(fs *flag.FlagSet, in *input) {
+	fs.StringVar(&s.cniConf, "cni-config", "", "read a node's state: host-local's range sets from this CNI network config `file` (with --state-dir or its dataDir)")
+	fs.StringVar(&s.stateDir, "state-dir", "", "with --cni-config, the network's state `directory` (default <ipam.dataDir>/<name>)")
+	addKubeconfig(fs, in)
+}
+
+// parse parses args, which name one source; with arg, the command takes
+// one argument (which parse leaves in fs.Args).
+func (s *source) parse(fs *flag.FlagSet, args []string, in *input, arg bool) (code int, ok bool) {
+	if !arg && !hasFlag(args, "cni-config", "state-dir") {
+		return parseFlags(fs, args, in)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	want := 0
+	if arg {
+		want = 1
+	}
+	state := s.cniConf != "" || s.stateDir != ""
+	switch {
+	case fs.NArg() != want:
+		fmt.Fprintf(fs.Output(), "ipamctl %s: want %s, got %q\n", fs.Name(), plural(want, "argument"), fs.Args())
+	case state && (len(in.files) > 0 || in.kubeconfig != ""):
+		fmt.Fprintf(fs.Output(), "ipamctl %s: --cni-config and --state-dir read a node's state: not with -f or --kubeconfig\n", fs.Name())
+	case state && s.cniConf == "":
+		fmt.Fprintf(fs.Output(), "ipamctl %s: --state-dir needs --cni-config, which says the state directory's pools\n", fs.Name())
+	case !state && len(in.files) > 0 && in.kubeconfig != "":
+		fmt.Fprintf(fs.Output(), "ipamctl %s: -f and --kubeconfig: read files or a cluster, not both\n", fs.Name())
+	case !state && len(in.files) == 0 && in.kubeconfig == "":
+		fmt.Fprintf(fs.Output(), "ipamctl %s: no input: name files with -f, a cluster with --kubeconfig, or a node's state with --cni-config\n", fs.Name())
+	default:
+		return 0, true
+	}
+	return exitUsage, false
+}
+
+// open reads the source into an Allocator over its pools and claims, and
+// returns what to call when done with it. From manifests or a cluster, it
+// also returns what was read, with its problems (c is not nil even when err
+// is not, if the input was read); from a state directory, its Store, whose
+// unreadable claim files the Allocator passes over.
+func (s *source) open(ctx context.Context, in *input, now time.Time) (a *ipam.Allocator, c *cluster, st store.Store, done func(), err error) {
+	if s.cniConf != "" {
+		a, st, done, err = stateAllocator(s.cniConf, s.stateDir)
+		return a, nil, st, done, err
+	}
+	if c, err = in.cluster(ctx); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	c.dropOverlaps()
+	e, err := newExplainer(ctx, c, ipam.NetConf{}, now)
+	if err != nil {
+		return nil, c, nil, nil, err
+	}
+	return e.alloc, c, nil, func() {}, nil
+}
+
 // hasFlag reports whether args set one of the flags names (as -name or
 // --name, with or without =value).
 func hasFlag(args []string, names ...string) bool {
@@ -93,46 +149,6 @@ func hasFlag(args []string, names ...string) bool {
 		}
 	}
 	return false
-}
-
-// parseStateFlags parses the flags of a state directory's usage: a CNI
-// config, and neither files nor a cluster.
-func parseStateFlags(fs *flag.FlagSet, args []string, in *input, cniConf *string) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitUsage, false
-	}
-	switch {
-	case fs.NArg() > 0:
-		fmt.Fprintf(fs.Output(), "ipamctl pools: unexpected arguments %q\n", fs.Args())
-	case len(in.files) > 0 || in.kubeconfig != "":
-		fmt.Fprintln(fs.Output(), "ipamctl pools: --cni-config and --state-dir read a node's state: not with -f or --kubeconfig")
-	case *cniConf == "":
-		fmt.Fprintln(fs.Output(), "ipamctl pools: --state-dir needs --cni-config, which says the state directory's pools")
-	default:
-		return 0, true
-	}
-	return exitUsage, false
-}
-
-// clusterUsage reads manifests or a live cluster and returns the usage of
-// its pools at now: the pools that go together (the others are problems),
-// their claims (status.allocatedIPs and IPClaims) and the reservations, as
-// explain allocates against them.
-func clusterUsage(ctx context.Context, in *input, now time.Time) ([]ipam.Usage, *cluster, error) {
-	c, err := in.cluster(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	c.dropOverlaps()
-	e, err := newExplainer(ctx, c, ipam.NetConf{}, now)
-	if err != nil {
-		return nil, c, err
-	}
-	us, err := e.alloc.Usage(ctx, now)
-	return us, c, err
 }
 
 // writePoolsTable writes one row per pool.

@@ -1,45 +1,44 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 
 	"go4.org/netipx"
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/hostlocal"
+	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/filestore"
 )
 
-// stateUsage returns the usage of the range sets of the host-local network
-// config in confPath, whose claims are the files of dir (by default the
-// config's dataDir/name).
-func stateUsage(ctx context.Context, confPath, dir string, now time.Time) ([]ipam.Usage, error) {
+// stateAllocator returns an Allocator over the range sets of the host-local
+// network config in confPath, whose claims are the files of dir (by default
+// the config's dataDir/name), and what closes it.
+func stateAllocator(confPath, dir string) (*ipam.Allocator, store.Store, func(), error) {
 	data, err := os.ReadFile(confPath)
 	if err != nil {
-		return nil, fmt.Errorf("--cni-config: %w", err)
+		return nil, nil, nil, fmt.Errorf("--cni-config: %w", err)
 	}
 	conf, err := hostlocal.Load(pluginConf(data), "")
 	if err != nil {
-		return nil, fmt.Errorf("--cni-config %s: %w", confPath, err)
+		return nil, nil, nil, fmt.Errorf("--cni-config %s: %w", confPath, err)
 	}
 	if dir == "" {
 		dir = filepath.Join(conf.DataDir, conf.Name)
 	}
 	if fi, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
+		return nil, nil, nil, fmt.Errorf("state directory: %w", err)
 	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("state directory %s: not a directory", dir)
+		return nil, nil, nil, fmt.Errorf("state directory %s: not a directory", dir)
 	}
 	pools := make([]filestore.Pool, len(conf.Pools))
 	for i, p := range conf.Pools {
 		rs, err := p.RangeSet()
 		if err != nil {
-			return nil, fmt.Errorf("--cni-config %s: %w", confPath, err)
+			return nil, nil, nil, fmt.Errorf("--cni-config %s: %w", confPath, err)
 		}
 		var b netipx.IPSetBuilder
 		for _, r := range rs {
@@ -47,7 +46,7 @@ func stateUsage(ctx context.Context, confPath, dir string, now time.Time) ([]ipa
 		}
 		set, err := b.IPSet()
 		if err != nil {
-			return nil, fmt.Errorf("--cni-config %s: pool %s: %w", confPath, p.Name, err)
+			return nil, nil, nil, fmt.Errorf("--cni-config %s: pool %s: %w", confPath, p.Name, err)
 		}
 		pools[i] = filestore.Pool{Name: p.Name, Index: i, Prefixes: set.Prefixes()}
 	}
@@ -55,23 +54,26 @@ func stateUsage(ctx context.Context, confPath, dir string, now time.Time) ([]ipa
 	// node's state is only read.
 	idx, err := os.MkdirTemp("", "ipamctl-owners-")
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	defer os.RemoveAll(idx)
 	st, err := filestore.Open(dir, filestore.Options{Pools: pools, IndexDir: filepath.Join(idx, "index")})
 	if err != nil {
-		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+		os.RemoveAll(idx)
+		return nil, nil, nil, fmt.Errorf("state directory %s: %w", dir, err)
 	}
-	defer st.Close()
+	closeAll := func() {
+		st.Close()
+		os.RemoveAll(idx)
+	}
 	cat, err := ipam.NewCatalog(conf.Pools...)
-	if err != nil {
-		return nil, fmt.Errorf("--cni-config %s: %w", confPath, err)
+	if err == nil {
+		var a *ipam.Allocator
+		if a, err = ipam.NewAllocator(ipam.Options{Pools: cat, Store: st}); err == nil {
+			return a, st, closeAll, nil
+		}
 	}
-	a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
-	if err != nil {
-		return nil, err
-	}
-	return a.Usage(ctx, now)
+	closeAll()
+	return nil, nil, nil, fmt.Errorf("--cni-config %s: %w", confPath, err)
 }
 
 // pluginConf returns the network config of the first plugin of a config

@@ -3,14 +3,13 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"time"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/store"
 )
 
-// stateUsage needs store/filestore, which is for Linux.
-func stateUsage(ctx context.Context, confPath, dir string, now time.Time) ([]ipam.Usage, error) {
-	return nil, errors.New("--cni-config: reading a node's state directory needs Linux")
+// stateAllocator needs store/filestore, which is for Linux.
+func stateAllocator(confPath, dir string) (*ipam.Allocator, store.Store, func(), error) {
+	return nil, nil, nil, errors.New("--cni-config: reading a node's state directory needs Linux")
 }

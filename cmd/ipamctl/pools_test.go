@@ -37,6 +37,15 @@ func TestPoolsGolden(t *testing.T) {
 		{"pools-state-missing.golden", []string{"pools", "--cni-config", "testdata/node/mynet.conflist", "--state-dir", filepath.Join(state, "nonet")}},
 		{"pools-usage.golden", []string{"pools", "--state-dir", state}},
 		{"pools-usage-both.golden", []string{"pools", "--cni-config", "testdata/node/mynet.conflist", "-f", "testdata/cluster.yaml"}},
+		// who: a claim of status.allocatedIPs, an address no one holds,
+		// a claim file of a node (and a corrupt one, which has no owner
+		// to show: it is reported as a problem), bad input.
+		{"who.golden", []string{"who", "10.80.0.19", "-f", "testdata/gc.yaml"}},
+		{"who-free.json.golden", []string{"who", "-f", "testdata/gc.yaml", "-o", "json", "10.80.0.99"}},
+		{"who-state.golden", []string{"who", "2001:db8:1::2", "--cni-config", "testdata/node/mynet.conflist", "--state-dir", filepath.Join(state, "mynet")}},
+		{"who-state-corrupt.golden", []string{"who", "10.1.2.12", "--cni-config", "testdata/node/mynet.conflist", "--state-dir", filepath.Join(state, "mynet")}},
+		{"who-bad.golden", []string{"who", "10.80.0.300", "-f", "testdata/gc.yaml"}},
+		{"who-none.golden", []string{"who", "-f", "testdata/gc.yaml"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.TrimSuffix(tt.golden, ".golden"), func(t *testing.T) {
