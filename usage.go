@@ -26,8 +26,8 @@ import (
 // with ==.
 type Size struct{ u u128 }
 
-// SizeOf returns the Size n.
-func SizeOf(n uint64) Size { return Size{u128{0, n}} }
+// SizeFrom returns the Size n.
+func SizeFrom(n uint64) Size { return Size{u128{0, n}} }
 
 // Uint64 returns s as a uint64, and false if s exceeds math.MaxUint64 (the
 // value is then math.MaxUint64).
@@ -79,7 +79,7 @@ func (s Size) plus(n Size) Size {
 func addrCount(set *netipx.IPSet) Size {
 	var n Size
 	for _, r := range set.Ranges() {
-		n = n.plus(Size{rangeSpan(r.From(), r.To())}).plus(SizeOf(1))
+		n = n.plus(Size{rangeSpan(r.From(), r.To())}).plus(SizeFrom(1))
 	}
 	return n
 }
@@ -185,7 +185,7 @@ func usageOf(p *Pool, capSet, reserved *netipx.IPSet) Usage {
 
 // free returns Capacity - Reserved - Allocated - Quarantined, or 0.
 func (u Usage) free() Size {
-	return u.Capacity.minus(u.Reserved).minus(SizeOf(uint64(u.Allocated))).minus(SizeOf(uint64(u.Quarantined)))
+	return u.Capacity.minus(u.Reserved).minus(SizeFrom(uint64(u.Allocated))).minus(SizeFrom(uint64(u.Quarantined)))
 }
 
 // PoolUsage returns the usage of the named pool at time now (which ends
