@@ -319,3 +319,59 @@ func Example() {
 	// ipamkit_pool_quarantined_addresses 0
 	// ipamkit_pool_reserved_addresses 0
 }
+
+// TestGCDecisions: the decisions of a real garbage collection, applied by
+// ipam.Allocator.CollectGarbage, count one release per claim released, by
+// reason; the claim kept and the pods' own release do not count as GC
+// releases (but the GC's release shows in releases_total, as every
+// release through the Allocator does).
+func TestGCDecisions(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
+	rec := metrics.NewRecorder(metrics.RecorderOptions{Now: func() time.Time { return now }})
+	cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"blue","ranges":[{"subnet":"10.0.0.0/29"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Observer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"web", "gone", "old"} {
+		req := ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name,
+			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"blue"}}}}
+		if _, err := a.AllocateAt(ctx, req, now.Add(-time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap, err := ipam.NewGCSnapshot(now, []ipam.Pod{
+		{Namespace: "default", Name: "web", UID: "uid-web", Phase: ipam.PodRunning, NodeReady: true, HasIPs: true},
+		{Namespace: "default", Name: "old", UID: "uid-new", Phase: ipam.PodRunning, NodeReady: true, HasIPs: true},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := a.CollectGarbage(ctx, snap, now, ipam.GCOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.GCDecisions(ds)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(rec)
+	got := series(t, reg)
+	for k, want := range map[string]float64{
+		`ipamkit_gc_released_total{reason="pod-gone"}`:     1,
+		`ipamkit_gc_released_total{reason="uid-mismatch"}`: 1,
+		`ipamkit_releases_total{result="success"}`:         2,
+		`ipamkit_allocations_total{result="success"}`:      3,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], want, got)
+		}
+	}
+	for k := range got {
+		if strings.HasPrefix(k, "ipamkit_gc_released_total") && !strings.Contains(k, "pod-gone") && !strings.Contains(k, "uid-mismatch") {
+			t.Errorf("unexpected GC series %s", k)
+		}
+	}
+}
