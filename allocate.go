@@ -21,7 +21,9 @@ var errNilContext = &FieldError{Object: "call", Field: "ctx", Reason: "nil conte
 
 // Allocate is AllocateAt at time.Now().
 func (a *Allocator) Allocate(ctx context.Context, req Request) (Result, error) {
-	return a.allocate(ctx, &req, time.Now())
+	start := a.start()
+	res, err := a.allocate(ctx, &req, time.Now())
+	return res, a.allocated(start, &res, err)
 }
 
 // AllocateAt serves every interface of req and records the claims at time now.
@@ -52,7 +54,9 @@ func (a *Allocator) Allocate(ctx context.Context, req Request) (Result, error) {
 // (store.PoolVersioner), a version unchanged since the List the Allocator
 // knows the pool from.
 func (a *Allocator) AllocateAt(ctx context.Context, req Request, now time.Time) (Result, error) {
-	return a.allocate(ctx, &req, now)
+	start := a.start()
+	res, err := a.allocate(ctx, &req, now)
+	return res, a.allocated(start, &res, err)
 }
 
 // allocate is AllocateAt with req by reference, which it does not keep or

@@ -50,6 +50,9 @@ type Options struct {
 	// parts of it and seldom race for one address. Empty means host-local's
 	// round-robin: from the Store's last reserved address.
 	Spread string
+	// Observer is told the outcome of every allocation and release (see
+	// Observer), for metrics. Nil means none.
+	Observer Observer
 }
 
 // Validate reports whether the options can make an Allocator.
@@ -263,6 +266,7 @@ type Allocator struct {
 	spread      uint64 // hash of Options.Spread; 0 without
 	log         *slog.Logger
 	quarant     time.Duration
+	obs         Observer // nil: none
 
 	pools  readmap.Map[*poolIndex]
 	follow atomic.Pointer[follower] // set while Follow runs
@@ -279,6 +283,7 @@ func NewAllocator(opts Options) (*Allocator, error) {
 		store:   opts.Store,
 		log:     opts.Logger,
 		quarant: opts.Quarantine,
+		obs:     opts.Observer,
 	}
 	if a.store == nil {
 		a.store = memstore.New()

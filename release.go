@@ -38,6 +38,11 @@ func (a *Allocator) Release(ctx context.Context, owner store.Owner) error {
 // but with a UID also releases the stable claims that name that UID, so a
 // caller that forgot the flag still frees them.
 func (a *Allocator) ReleaseAt(ctx context.Context, owner store.Owner, now time.Time) error {
+	return a.released(a.start(), "", a.releaseAt(ctx, owner, now))
+}
+
+// releaseAt is ReleaseAt without the Observer.
+func (a *Allocator) releaseAt(ctx context.Context, owner store.Owner, now time.Time) error {
 	if ctx == nil {
 		return errNilContext
 	}
@@ -213,6 +218,11 @@ func (a *Allocator) ReleaseClaim(ctx context.Context, c store.Claim) error {
 // ReleaseClaimAt is ReleaseClaim at time now (which starts the address's
 // quarantine, if the Allocator has one).
 func (a *Allocator) ReleaseClaimAt(ctx context.Context, c store.Claim, now time.Time) error {
+	return a.released(a.start(), c.Pool, a.releaseClaimAt(ctx, c, now))
+}
+
+// releaseClaimAt is ReleaseClaimAt without the Observer.
+func (a *Allocator) releaseClaimAt(ctx context.Context, c store.Claim, now time.Time) error {
 	if ctx == nil {
 		return errNilContext
 	}
@@ -242,6 +252,11 @@ func (a *Allocator) ReleaseIP(ctx context.Context, pool string, ip netip.Addr) e
 // ReleaseIPAt is ReleaseIP at time now (which starts the address's
 // quarantine, if the Allocator has one).
 func (a *Allocator) ReleaseIPAt(ctx context.Context, pool string, ip netip.Addr, now time.Time) error {
+	return a.released(a.start(), pool, a.releaseIPAt(ctx, pool, ip, now))
+}
+
+// releaseIPAt is ReleaseIPAt without the Observer.
+func (a *Allocator) releaseIPAt(ctx context.Context, pool string, ip netip.Addr, now time.Time) error {
 	if ctx == nil {
 		return errNilContext
 	}

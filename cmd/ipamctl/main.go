@@ -95,6 +95,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runGC(ctx, args[1:], in, stdout, stderr, clock)
 	case "plan":
 		return runPlan(args[1:], in, stdout, stderr)
+	case "pools":
+		return runPools(ctx, args[1:], in, stdout, stderr, clock)
+	case "who":
+		return runWho(ctx, args[1:], in, stdout, stderr, clock)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -55,7 +55,8 @@
 //
 // # Reads
 //
-// Get, Owned, Cursor and PoolVersion are one linearizable read each: they see every write
+// Get, Owned, Cursor, PoolVersion and Count (store.Counter: a count-only range over the
+// pool's claim keys, which sends no key) are one linearizable read each: they see every write
 // that completed before they were called, through any client. AddressClaims
 // (store.AddressReader) gets the claim key of the address in every pool that
 // has a record, in read-only transactions of up to 128 keys, etcd's default

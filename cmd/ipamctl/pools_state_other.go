@@ -1,0 +1,15 @@
+//go:build !linux
+
+package main
+
+import (
+	"errors"
+
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/store"
+)
+
+// stateAllocator needs store/filestore, which is for Linux.
+func stateAllocator(confPath, dir string) (*ipam.Allocator, store.Store, func(), error) {
+	return nil, nil, nil, errors.New("--cni-config: reading a node's state directory needs Linux")
+}
