@@ -60,12 +60,3 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
-
-// The root module and the k8s module exist only in this repository: without
-// these lines the go command, run with GOWORK=off, fetches their go.mod from
-// the proxy.
-replace (
-	github.com/ipamkit/ipam => ../
-	github.com/ipamkit/ipam/k8s => ../k8s
-	github.com/ipamkit/ipam/store/etcdstore => ../store/etcdstore
-)
