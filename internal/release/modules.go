@@ -32,6 +32,7 @@ var published = map[string]bool{
 	"store/etcdstore/etcdtest":      true,
 	"cmd":                           true,
 	"benchmarks":                    false,
+	"deploy":                        false,
 	"examples":                      false,
 	"examples/kubecontroller":       false,
 	"store/filestore/hostlocaltest": false,
