@@ -49,42 +49,7 @@ func main() {
 }
 
 func run(ctx context.Context, version string, tag bool) error {
-	if err := checkVersion(version); err != nil {
-		return err
-	}
 	root, err := git(ctx, "", "rev-parse", "--show-toplevel")
-	if err != nil {
-		return err
-	}
-	if st, err := git(ctx, root, "status", "--porcelain"); err != nil {
-		return err
-	} else if st != "" {
-		return fmt.Errorf("the work tree has changes; commit or stash them first:\n%s", st)
-	}
-	mods, err := readModules(root)
-	if err != nil {
-		return err
-	}
-	var tags []string
-	for _, m := range mods {
-		if !m.Published {
-			continue
-		}
-		t := m.Tag(version)
-		if out, _ := git(ctx, root, "tag", "--list", t); out != "" {
-			return fmt.Errorf("tag %s exists", t)
-		}
-		tags = append(tags, t)
-	}
-	files, err := trackedFiles(ctx, root)
-	if err != nil {
-		return err
-	}
-	upstream, err := goEnvVar(ctx, "GOPROXY")
-	if err != nil {
-		return err
-	}
-	modcache, err := goEnvVar(ctx, "GOMODCACHE")
 	if err != nil {
 		return err
 	}
@@ -93,41 +58,91 @@ func run(ctx context.Context, version string, tag bool) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	// The go command caches what it fetched from the temporary proxy under
-	// the release's own version; the real proxy will serve the tag. Remove it
-	// so that nothing answers for that version but the real proxy.
-	defer func() {
-		if err := dropFromModCache(modcache, mods, version); err != nil {
-			fmt.Fprintln(os.Stderr, "release: cleaning the module cache:", err)
-		}
-	}()
-
-	if err := setVersion(root, mods, version); err != nil {
-		return err
-	}
-	if err := tidyAndPublish(ctx, root, mods, version, files, proxy{Dir: tmp}, upstream); err != nil {
+	tags, err := release(ctx, root, version, tag, proxy{Dir: tmp})
+	if err != nil {
 		return err
 	}
 	if !tag {
-		fmt.Printf("go.mod, go.sum and go.work now require %s; review with git diff, then run again with -tag on the committed tree, or commit and tag:\n", version)
+		fmt.Printf("go.mod, go.sum and go.work now require %s; review with git diff, commit, then tag:\n", version)
 		for _, t := range tags {
 			fmt.Println("  git tag -a", t, "-m", "'release "+t+"'")
 		}
 		return nil
 	}
-	if _, err := git(ctx, root, "add", "-A", "--", "go.work", ":(glob)**/go.mod", ":(glob)**/go.sum", "go.mod", "go.sum"); err != nil {
-		return err
+	fmt.Printf("committed and tagged; to publish:\n  git push origin HEAD %s\n", strings.Join(tags, " "))
+	return nil
+}
+
+// release prepares the clean work tree of the git repository at root for
+// version, publishing every module to p on the way, and, with tag, commits
+// and tags it. It returns the tags of the published modules. Whatever the
+// go command cached for version is removed from the module cache before it
+// returns: the real proxy will serve the tag.
+func release(ctx context.Context, root, version string, tag bool, p proxy) (tags []string, err error) {
+	if err := checkVersion(version); err != nil {
+		return nil, err
 	}
-	if _, err := git(ctx, root, "commit", "-m", "release: "+version+"\n\nEvery module requires its siblings at "+version+"; no replace directives."); err != nil {
-		return err
+	if st, err := git(ctx, root, "status", "--porcelain"); err != nil {
+		return nil, err
+	} else if st != "" {
+		return nil, fmt.Errorf("the work tree has changes; commit or stash them first:\n%s", st)
+	}
+	mods, err := readModules(root)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range mods {
+		if !m.Published {
+			continue
+		}
+		t := m.Tag(version)
+		if out, _ := git(ctx, root, "tag", "--list", t); out != "" {
+			return nil, fmt.Errorf("tag %s exists", t)
+		}
+		tags = append(tags, t)
+	}
+	files, err := trackedFiles(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	upstream, err := goEnvVar(ctx, "GOPROXY")
+	if err != nil {
+		return nil, err
+	}
+	modcache, err := goEnvVar(ctx, "GOMODCACHE")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if derr := dropFromModCache(modcache, mods, version); derr != nil && err == nil {
+			err = fmt.Errorf("cleaning the module cache: %w", derr)
+		}
+	}()
+	if err := setVersion(root, mods, version); err != nil {
+		return nil, err
+	}
+	if err := tidyAndPublish(ctx, root, mods, version, files, p, upstream); err != nil {
+		return nil, err
+	}
+	if !tag {
+		return tags, nil
+	}
+	if _, err := git(ctx, root, "add", "-A", "--", ":(glob)go.work*", ":(glob)**/go.mod", ":(glob)**/go.sum"); err != nil {
+		return nil, err
+	}
+	if st, err := git(ctx, root, "status", "--porcelain"); err != nil {
+		return nil, err
+	} else if st != "" {
+		if _, err := git(ctx, root, "commit", "-m", "release: "+version+"\n\nEvery module requires its siblings at "+version+"; no replace directives."); err != nil {
+			return nil, err
+		}
 	}
 	for _, t := range tags {
 		if _, err := git(ctx, root, "tag", "-a", t, "-m", "release "+t); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	fmt.Printf("committed and tagged; to publish:\n  git push origin HEAD %s\n", strings.Join(tags, " "))
-	return nil
+	return tags, nil
 }
 
 // trackedFiles lists the files a commit of the work tree holds: tracked, and

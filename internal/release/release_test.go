@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,11 +16,13 @@ import (
 	"golang.org/x/mod/modfile"
 )
 
-// TestRelease releases a copy of the repository as the release program would
-// (every module requiring its siblings at one version, no replace
-// directives, each go.sum tidied against the siblings as published) to a
-// module proxy in a directory, then consumes it as a user would, outside the
-// workspace, with only the repository's modules coming from that proxy:
+// TestRelease releases a copy of the repository, made a git repository of
+// one commit, with the release program's own steps (every module requiring
+// its siblings at one version, no replace directives, each go.sum tidied
+// against the siblings as published, the commit and a tag per published
+// module), publishing to a module proxy in a directory, then consumes it as a
+// user would, outside the workspace, with only the repository's modules
+// coming from that proxy:
 //
 //   - a new module that needs only the root module, only k8s, or only
 //     store/etcdstore gets it with go get, builds and runs;
@@ -65,11 +68,38 @@ func TestRelease(t *testing.T) {
 		}
 	})
 
-	must(t, setVersion(root, mods, version))
+	// The copy as a clone: one commit of the files, then the release
+	// program's steps, commit and tags included.
+	for k, v := range map[string]string{"GIT_AUTHOR_NAME": "release test", "GIT_AUTHOR_EMAIL": "release@test.invalid",
+		"GIT_COMMITTER_NAME": "release test", "GIT_COMMITTER_EMAIL": "release@test.invalid", "GIT_CONFIG_GLOBAL": os.DevNull} {
+		t.Setenv(k, v)
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"commit", "-q", "-m", "copy"}} {
+		_, err := git(ctx, root, args...)
+		must(t, err)
+	}
 	p := proxy{Dir: t.TempDir()}
 	start := time.Now()
-	must(t, tidyAndPublish(ctx, root, mods, version, files, p, upstream))
-	t.Logf("tidied and published %d modules in %v", len(mods), time.Since(start).Round(time.Millisecond))
+	tags, err := release(ctx, root, version, true, p)
+	must(t, err)
+	t.Logf("released %d modules in %v", len(mods), time.Since(start).Round(time.Millisecond))
+	var want []string
+	for _, m := range mods {
+		if m.Published {
+			want = append(want, m.Tag(version))
+		}
+	}
+	got, err := git(ctx, root, "tag", "--list")
+	must(t, err)
+	if gotTags := strings.Fields(got); !equalSets(gotTags, want) || !equalSets(tags, want) {
+		t.Errorf("tags %v (returned %v), want %v", gotTags, tags, want)
+	}
+	if st, err := git(ctx, root, "status", "--porcelain"); err != nil || st != "" {
+		t.Errorf("after the release commit, git status: %q %v", st, err)
+	}
+	if msg, err := git(ctx, root, "log", "-1", "--format=%s"); err != nil || msg != "release: "+version {
+		t.Errorf("release commit %q %v", msg, err)
+	}
 
 	// What the proxy serves: each published module's go.mod requires its
 	// siblings at the version and replaces nothing.
@@ -221,6 +251,13 @@ func main() {
 			c.run(t, filepath.Join(bin, c.name))
 		})
 	}
+}
+
+func equalSets(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }
 
 // testVersionPrefix starts every version TestRelease publishes; the
