@@ -5,6 +5,7 @@
 //
 //	go run ./internal/release v0.1.0          # edit go.mod, go.sum and go.work
 //	go run ./internal/release -tag v0.1.0     # the same, then commit and tag
+//	go run ./internal/release -tidy           # go mod tidy in every module
 //
 // It makes every module require its siblings at the version and drops their
 // replace directives (go.work joins the modules for development); publishes
@@ -16,6 +17,10 @@
 // published module ("v0.1.0", "k8s/v0.1.0", ...). It pushes nothing: the
 // commands to push are printed.
 //
+// -tidy runs go mod tidy in every module outside the workspace, against the
+// work tree's modules at the version they require each other at (v0.0.0
+// before the first release, which no proxy has).
+//
 // Which modules are published is the table in modules.go; the README's
 // "Releasing" section says why. TestRelease runs the same steps on a copy of
 // the repository and fetches the result as a user would.
@@ -23,8 +28,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,16 +40,23 @@ import (
 
 func main() {
 	tag := flag.Bool("tag", false, "commit the changes and tag each published module")
+	tidy := flag.Bool("tidy", false, "only run go mod tidy in every module, against the work tree's modules at the version they require (no version given)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./internal/release [-tag] vX.Y.Z\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./internal/release [-tag] vX.Y.Z\n       go run ./internal/release -tidy\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() != 1 {
+	var err error
+	switch {
+	case *tidy && flag.NArg() == 0 && !*tag:
+		err = tidyAll(context.Background())
+	case !*tidy && flag.NArg() == 1:
+		err = run(context.Background(), flag.Arg(0), *tag)
+	default:
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(context.Background(), flag.Arg(0), *tag); err != nil {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "release:", err)
 		os.Exit(1)
 	}
@@ -143,6 +157,109 @@ func release(ctx context.Context, root, version string, tag bool, p proxy) (tags
 		}
 	}
 	return tags, nil
+}
+
+// tidyAll runs go mod tidy in every module of the work tree, outside the
+// workspace, with the siblings at the version they require served from the
+// work tree through a temporary proxy: before the first release that version
+// (v0.0.0) is on no proxy, and go mod tidy in a nested module cannot resolve
+// it. The go.sum lines of the siblings at that version are then removed: they
+// hash this work tree, not a release, and would be stale at the next change.
+func tidyAll(ctx context.Context) error {
+	root, err := git(ctx, "", "rev-parse", "--show-toplevel")
+	if err != nil {
+		return err
+	}
+	mods, err := readModules(root)
+	if err != nil {
+		return err
+	}
+	version, err := siblingVersion(root, mods)
+	if err != nil {
+		return err
+	}
+	files, err := trackedFiles(ctx, root)
+	if err != nil {
+		return err
+	}
+	upstream, err := goEnvVar(ctx, "GOPROXY")
+	if err != nil {
+		return err
+	}
+	modcache, err := goEnvVar(ctx, "GOMODCACHE")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "ipam-tidy-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	defer func() {
+		if err := dropFromModCache(modcache, mods, version); err != nil {
+			fmt.Fprintln(os.Stderr, "release: cleaning the module cache:", err)
+		}
+	}()
+	if err := tidyAndPublish(ctx, root, mods, version, files, proxy{Dir: tmp}, upstream); err != nil {
+		return err
+	}
+	for _, m := range mods {
+		if err := dropSums(filepath.Join(root, filepath.FromSlash(m.Dir), "go.sum"), mods, version); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// siblingVersion is the one version at which the modules require each
+// other.
+func siblingVersion(root string, mods []Module) (string, error) {
+	version := ""
+	for _, m := range mods {
+		mf, err := readGoMod(root, m.Dir)
+		if err != nil {
+			return "", err
+		}
+		for _, r := range mf.Require {
+			for _, s := range m.Siblings {
+				if r.Mod.Path != s {
+					continue
+				}
+				if version != "" && r.Mod.Version != version {
+					return "", fmt.Errorf("%s/go.mod requires %s, other modules their siblings at %s: run go run ./internal/release with one version", m.Dir, r.Mod, version)
+				}
+				version = r.Mod.Version
+			}
+		}
+	}
+	if version == "" {
+		return "", fmt.Errorf("no module requires another")
+	}
+	return version, nil
+}
+
+// dropSums removes from the go.sum file name the lines of mods at version.
+func dropSums(name string, mods []Module, version string) error {
+	data, err := os.ReadFile(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	mine := map[string]bool{}
+	for _, m := range mods {
+		mine[m.Path] = true
+	}
+	var keep strings.Builder
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) == 3 && mine[f[0]] && strings.TrimSuffix(f[1], "/go.mod") == version {
+			continue
+		}
+		keep.WriteString(line)
+	}
+	return os.WriteFile(name, []byte(keep.String()), 0o644)
 }
 
 // trackedFiles lists the files a commit of the work tree holds: tracked, and
