@@ -115,27 +115,19 @@ func release(ctx context.Context, root, version string, tag bool, p proxy) (tags
 		}
 		tags = append(tags, t)
 	}
-	files, err := trackedFiles(ctx, root)
-	if err != nil {
-		return nil, err
-	}
-	upstream, err := goEnvVar(ctx, "GOPROXY")
-	if err != nil {
-		return nil, err
-	}
-	modcache, err := goEnvVar(ctx, "GOMODCACHE")
+	w, err := readWorkTree(ctx, root)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
-		if derr := dropFromModCache(modcache, mods, version); derr != nil && err == nil {
+		if derr := dropFromModCache(w.modcache, mods, version); derr != nil && err == nil {
 			err = fmt.Errorf("cleaning the module cache: %w", derr)
 		}
 	}()
 	if err := setVersion(root, mods, version); err != nil {
 		return nil, err
 	}
-	if err := tidyAndPublish(ctx, root, mods, version, files, p, upstream); err != nil {
+	if err := tidyAndPublish(ctx, root, mods, version, w.files, p, w.upstream); err != nil {
 		return nil, err
 	}
 	if !tag {
@@ -178,15 +170,7 @@ func tidyAll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	files, err := trackedFiles(ctx, root)
-	if err != nil {
-		return err
-	}
-	upstream, err := goEnvVar(ctx, "GOPROXY")
-	if err != nil {
-		return err
-	}
-	modcache, err := goEnvVar(ctx, "GOMODCACHE")
+	w, err := readWorkTree(ctx, root)
 	if err != nil {
 		return err
 	}
@@ -196,11 +180,11 @@ func tidyAll(ctx context.Context) error {
 	}
 	defer os.RemoveAll(tmp)
 	defer func() {
-		if err := dropFromModCache(modcache, mods, version); err != nil {
+		if err := dropFromModCache(w.modcache, mods, version); err != nil {
 			fmt.Fprintln(os.Stderr, "release: cleaning the module cache:", err)
 		}
 	}()
-	if err := tidyAndPublish(ctx, root, mods, version, files, proxy{Dir: tmp}, upstream); err != nil {
+	if err := tidyAndPublish(ctx, root, mods, version, w.files, proxy{Dir: tmp}, w.upstream); err != nil {
 		return err
 	}
 	for _, m := range mods {
@@ -260,6 +244,24 @@ func dropSums(name string, mods []Module, version string) error {
 		keep.WriteString(line)
 	}
 	return os.WriteFile(name, []byte(keep.String()), 0o644)
+}
+
+// A workTree is what publishing the work tree's modules needs: its files,
+// and the go command's GOPROXY and module cache.
+type workTree struct {
+	files              []string
+	upstream, modcache string
+}
+
+func readWorkTree(ctx context.Context, root string) (w workTree, err error) {
+	if w.files, err = trackedFiles(ctx, root); err != nil {
+		return w, err
+	}
+	if w.upstream, err = goEnvVar(ctx, "GOPROXY"); err != nil {
+		return w, err
+	}
+	w.modcache, err = goEnvVar(ctx, "GOMODCACHE")
+	return w, err
 }
 
 // trackedFiles lists the files a commit of the work tree holds: tracked, and
