@@ -54,5 +54,3 @@ require (
 	k8s.io/utils v0.0.0-20250604170112-4c0f3b243397 // indirect
 	sigs.k8s.io/knftables v0.0.18 // indirect
 )
-
-replace github.com/ipamkit/ipam => ../

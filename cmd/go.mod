@@ -10,6 +10,7 @@ require (
 	github.com/ipamkit/ipam/store/etcdstore v0.0.0
 	github.com/stretchr/testify v1.12.1
 	go4.org/netipx v0.0.0-20260823151212-3075585bcbeb
+	golang.org/x/sys v0.49.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
@@ -44,7 +45,6 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
@@ -59,13 +59,4 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-)
-
-// The root module and the k8s module exist only in this repository: without
-// these lines the go command, run with GOWORK=off, fetches their go.mod from
-// the proxy.
-replace (
-	github.com/ipamkit/ipam => ../
-	github.com/ipamkit/ipam/k8s => ../k8s
-	github.com/ipamkit/ipam/store/etcdstore => ../store/etcdstore
 )

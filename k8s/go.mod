@@ -59,7 +59,3 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-// The root module exists only in this repository: without this line the go
-// command, run with GOWORK=off, fetches its go.mod from the proxy.
-replace github.com/ipamkit/ipam => ../

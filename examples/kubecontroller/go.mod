@@ -126,11 +126,3 @@ require (
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-// The repository's modules exist only here: without these lines the go
-// command, run with GOWORK=off, fetches their go.mod from the proxy.
-replace (
-	github.com/ipamkit/ipam => ../../
-	github.com/ipamkit/ipam/k8s => ../../k8s
-	github.com/ipamkit/ipam/k8s/kubetest => ../../k8s/kubetest
-)

@@ -68,8 +68,3 @@ require (
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
-
-replace (
-	github.com/ipamkit/ipam => ../../..
-	github.com/ipamkit/ipam/store/etcdstore => ..
-)

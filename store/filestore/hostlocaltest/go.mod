@@ -22,5 +22,3 @@ require (
 )
 
 tool github.com/containernetworking/plugins/plugins/ipam/host-local
-
-replace github.com/ipamkit/ipam => ../../..
