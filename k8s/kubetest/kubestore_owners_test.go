@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
@@ -117,15 +118,7 @@ func TestOwnedAtLeastViewBehind(t *testing.T) {
 }
 
 // byKey orders claims by pool and address.
-var byKey = cmp.Transformer("byKey", func(cs []store.Claim) []store.Claim {
-	out := append([]store.Claim(nil), cs...)
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].Key() < out[j-1].Key(); j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
-})
+var byKey = cmpopts.SortSlices(func(a, b store.Claim) bool { return a.Key() < b.Key() })
 
 // hashed is the label value kubestore gives an identity that is no valid
 // label value: the first 40 hex digits of its SHA-256.
