@@ -537,7 +537,13 @@ func checkLedger(t *testing.T, c *etcdtest.Cluster, prefix string, ledger []ledg
 	// acknowledged has none, but for the claim of a failed allocation
 	// written after the release began (newer than its pool's version read
 	// before it), which the release of every owner below must find.
-	s := open(t, c, prefix)
+	// The checks' Stores wait up to a minute for each request: the cluster
+	// has its quorum back, but a loaded machine may answer slowly.
+	s, err := etcdstore.New(etcdstore.Options{Endpoints: c.Endpoints(), Prefix: prefix, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
 	ctx := t.Context()
 	var lost, leaked, late atomic.Int64
 	var wg sync.WaitGroup
@@ -586,7 +592,7 @@ func checkLedger(t *testing.T, c *etcdtest.Cluster, prefix string, ledger []ledg
 
 	// Release every owner, as a new process would, and find nothing left:
 	// neither claims nor owner records.
-	a, s2, err := faultAllocator(workerConfig{Endpoints: c.Endpoints(), Prefix: prefix})
+	a, s2, err := faultAllocator(workerConfig{Endpoints: c.Endpoints(), Prefix: prefix, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
