@@ -537,8 +537,10 @@ func checkLedger(t *testing.T, c *etcdtest.Cluster, prefix string, ledger []ledg
 	// acknowledged has none, but for the claim of a failed allocation
 	// written after the release began (newer than its pool's version read
 	// before it), which the release of every owner below must find.
-	// The checks' Stores wait up to a minute for each request: the cluster
-	// has its quorum back, but a loaded machine may answer slowly.
+	// The checks' Stores wait up to a minute for each request, and try
+	// again when the cluster is unavailable (as a CNI runtime repeats a
+	// DEL that got code 11): the cluster has its quorum back, but on a
+	// loaded machine its members miss heartbeats and elect leaders again.
 	s, err := etcdstore.New(etcdstore.Options{Endpoints: c.Endpoints(), Prefix: prefix, Timeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -552,7 +554,11 @@ func checkLedger(t *testing.T, c *etcdtest.Cluster, prefix string, ledger []ledg
 		wg.Go(func() {
 			for owner := range next {
 				f := owners[owner]
-				got, err := s.Owned(ctx, store.ByUID(owner))
+				var got []store.Claim
+				err := retryUnavailable(func() (err error) {
+					got, err = s.Owned(ctx, store.ByUID(owner))
+					return err
+				})
 				if err != nil {
 					t.Errorf("Owned(%s): %v", owner, err)
 					continue
@@ -601,7 +607,10 @@ func checkLedger(t *testing.T, c *etcdtest.Cluster, prefix string, ledger []ledg
 	for range 8 {
 		wg.Go(func() {
 			for owner := range next {
-				if err := a.Release(ctx, store.Owner{Namespace: "faults", Name: owner, UID: owner}); err != nil {
+				err := retryUnavailable(func() error {
+					return a.Release(ctx, store.Owner{Namespace: "faults", Name: owner, UID: owner})
+				})
+				if err != nil {
 					t.Errorf("final Release(%s): %v", owner, err)
 				}
 			}
@@ -613,7 +622,12 @@ func checkLedger(t *testing.T, c *etcdtest.Cluster, prefix string, ledger []ledg
 	close(next)
 	wg.Wait()
 	for _, pool := range []string{"f1", "f2"} {
-		if left, err := s.List(ctx, pool); err != nil || len(left) > 0 {
+		var left []store.Claim
+		err := retryUnavailable(func() (err error) {
+			left, err = s.List(ctx, pool)
+			return err
+		})
+		if err != nil || len(left) > 0 {
 			t.Errorf("pool %s after every owner released: %v, %v; want no claims", pool, left, err)
 		}
 	}
@@ -624,6 +638,20 @@ func checkLedger(t *testing.T, c *etcdtest.Cluster, prefix string, ledger []ledg
 	t.Logf("%d addresses held twice, %d acknowledged claims lost, %d claims kept after their release; %d owners checked",
 		dups, lost.Load(), leaked.Load(), len(owners))
 	t.Logf("%d failed allocations written after their owner's release", late.Load())
+}
+
+// retryUnavailable calls f until it returns an error that does not wrap
+// etcdstore.ErrUnavailable, for up to two minutes, and returns its last
+// error.
+func retryUnavailable(f func() error) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := f()
+		if !errors.Is(err, etcdstore.ErrUnavailable) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // writtenAfter reports whether every claim in got was written after
