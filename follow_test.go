@@ -70,13 +70,13 @@ func TestFollow(t *testing.T) {
 			require.NoError(t, a.Release(ctx, store.Owner{UID: "aq"}))
 		}
 		return ok
-	}, 5*time.Second, 10*time.Millisecond, "a's first allocation in q must take the address b released, without listing q")
+	}, 30*time.Second, 10*time.Millisecond, "a's first allocation in q must take the address b released, without listing q")
 
 	cancel()
 	select {
 	case err := <-done:
 		require.ErrorIs(t, err, context.Canceled)
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("Follow did not return after its context was canceled")
 	}
 }
@@ -86,7 +86,7 @@ func waitKnown(t *testing.T, a *ipam.Allocator, pool string, n uint64) {
 	require.Eventually(t, func() bool {
 		used, complete := ipam.KnownUsed(a, pool)
 		return used == n && complete
-	}, 5*time.Second, time.Millisecond, "the Allocator's view of %s did not reach %d used addresses", pool, n)
+	}, 30*time.Second, time.Millisecond, "the Allocator's view of %s did not reach %d used addresses", pool, n)
 }
 
 func TestFollowErrors(t *testing.T) {

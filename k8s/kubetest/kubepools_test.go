@@ -59,13 +59,14 @@ func applySpider(t *testing.T, gvr schema.GroupVersionResource, kind, name strin
 	}
 }
 
-// eventually polls cond until it holds, or fails t after 10 seconds.
+// eventually polls cond until it holds, or fails t after 30 seconds (what
+// it waits for comes within a second, but not on a loaded machine).
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10s: %s", what)
+			t.Fatalf("after 30s: %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

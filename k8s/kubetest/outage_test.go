@@ -120,7 +120,9 @@ func hungListener(t *testing.T) string {
 }
 
 // callWithin makes each call with a context of deadline, fails t for each
-// that takes noticeably longer, and yields each call's name and error.
+// that takes more than ten seconds longer (a loaded machine's delay; a call
+// that ignored its deadline would wait for its client's, or for ever), and
+// yields each call's name and error.
 func callWithin(t *testing.T, what string, deadline time.Duration, calls map[string]func(context.Context) error) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {
 		for name, call := range calls {
@@ -130,7 +132,7 @@ func callWithin(t *testing.T, what string, deadline time.Duration, calls map[str
 			took := time.Since(start)
 			cancel()
 			t.Logf("%s %s: %s: %v", name, what, took.Round(time.Millisecond), err)
-			if took > deadline+500*time.Millisecond {
+			if took > deadline+10*time.Second {
 				t.Errorf("%s %s took %s, past its %s deadline", name, what, took, deadline)
 			}
 			if !yield(name, err) {

@@ -86,8 +86,13 @@
 // out, with an error wrapping ErrUnavailable and the cause
 // (context.DeadlineExceeded, etcd's "no leader", a refused connection). A
 // CNI plugin maps ErrUnavailable to its code 11, "try again later". A write
-// that fails so may have been applied all the same; an owner that asks again
-// finds what it holds (store.Store.Owned), and a release finds it too. When a
+// that fails so may have been applied all the same, even some time after
+// the failure: a member that took the request before the client gave up
+// commits it once the cluster has a leader again. An owner that asks again
+// finds what it holds (store.Store.Owned), and a release finds it once it is
+// applied; a release made at once, while the cluster recovers, may come
+// before it, and the claim then stays until the owner is released again or
+// a GC finds it (TestFaults of etcdtest saw this on a loaded machine). When a
 // member refuses the client's TLS certificate, the error says which
 // authorities it accepts.
 //

@@ -61,7 +61,7 @@ func (s *sharedCluster) get(t testing.TB) *etcdtest.Cluster {
 			}
 		}
 	}
-	if _, err := s.c.WaitLeader(10 * time.Second); err != nil {
+	if _, err := s.c.WaitLeader(leaderWait); err != nil {
 		t.Fatal(err)
 	}
 	return s.c
@@ -72,6 +72,11 @@ func (s *sharedCluster) close() {
 		s.c.Close()
 	}
 }
+
+// leaderWait bounds the tests' waits for a cluster to agree on a leader:
+// seconds on an idle machine, but much more on a loaded one, where members
+// that miss their heartbeats hold elections again.
+const leaderWait = time.Minute
 
 // prefixes numbers the key prefixes handed out by newPrefix.
 var prefixes atomic.Int64

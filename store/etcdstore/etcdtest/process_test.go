@@ -16,7 +16,7 @@ import (
 // on, and it serves the write it missed.
 func TestProcesses(t *testing.T) {
 	c := trio(t)
-	l, err := c.WaitLeader(10 * time.Second)
+	l, err := c.WaitLeader(leaderWait)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestProcesses(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	nl, err := c.WaitLeader(10 * time.Second)
+	nl, err := c.WaitLeader(leaderWait)
 	if err != nil {
 		t.Fatalf("with %s killed: %v", l.Name, err)
 	}
@@ -70,7 +70,7 @@ func TestProcesses(t *testing.T) {
 	if !l.Running() {
 		t.Fatalf("member %s does not run after Restart", l.Name)
 	}
-	if _, err := c.WaitLeader(10 * time.Second); err != nil {
+	if _, err := c.WaitLeader(leaderWait); err != nil {
 		t.Fatalf("after restarting %s: %v", l.Name, err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

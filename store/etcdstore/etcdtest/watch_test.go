@@ -1,12 +1,15 @@
 package etcdtest_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/etcdstore"
+	"github.com/ipamkit/ipam/store/etcdstore/etcdtest"
 )
 
 // recorder is a store.WatchHandler that keeps the view a reader builds from
@@ -304,4 +308,103 @@ func TestWatchBreaks(t *testing.T) {
 		release(t, 1)
 		viewIs(t, r, state(t, s, "blue"))
 	})
+}
+
+// syncBuffer is a bytes.Buffer that a logger may write from any goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A stream that ends for good, which the etcd client does not heal itself,
+// resumes from the revision after the last change the watcher applied: the
+// watcher watches through one member of three, the other two stop, and that
+// member, left without a leader, ends the streams that require one (as
+// Watch's do). When the others are back, the first writes after the break
+// reach the watcher too, without a Reset. (A connection cut by a proxy, as
+// in TestWatchBreaks, is healed inside the client, which resumes the stream
+// on its own; Watch's resumption is not used there.)
+func TestWatchResumesAfterNoLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops and restarts etcd members")
+	}
+	// A cluster of its own: no other test writes to it, and it keeps its
+	// history (trio's compactions could have the watcher list again).
+	c, err := etcdtest.Start(etcdtest.Options{Members: 3, Processes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	l, err := c.WaitLeader(leaderWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var through *etcdtest.Member // a follower, which stays up
+	var others []*etcdtest.Member
+	for _, m := range c.Members {
+		if m != l && through == nil {
+			through = m
+		} else {
+			others = append(others, m)
+		}
+	}
+	prefix := newPrefix(t)
+	var logs syncBuffer
+	w, err := etcdstore.New(etcdstore.Options{Endpoints: []string{through.ClientURL()}, Prefix: prefix,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	s := open(t, c, prefix)
+	ctx := t.Context()
+	first, err := s.Create(ctx, claimOf("blue", "10.0.0.1", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recorder{}
+	watch(t, w, r)
+	viewIs(t, r, state(t, s, "blue"))
+
+	for _, m := range others {
+		m.Kill()
+	}
+	eventually(t, "the watcher's stream did not end without a leader", func() bool {
+		return strings.Contains(logs.String(), "stream broke")
+	})
+	for _, m := range others {
+		if err := m.Restart(); err != nil {
+			t.Fatalf("restarting %s: %v", m.Name, err)
+		}
+	}
+	if _, err := c.WaitLeader(leaderWait); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing else writes to the cluster: the first of these is at the
+	// revision after the last the watcher applied.
+	for i := 2; i <= 4; i++ {
+		if _, err := s.Create(ctx, claimOf("blue", fmt.Sprintf("10.0.0.%d", i), fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Delete(ctx, first.Pool, first.IP, first.Revision); err != nil {
+		t.Fatal(err)
+	}
+	viewIs(t, r, state(t, s, "blue"))
+	if n, _, _ := r.snapshot(); n != 1 {
+		t.Errorf("%d Resets after a break with history kept, want 1", n)
+	}
+	t.Logf("the watcher's log:\n%s", logs.String())
 }
