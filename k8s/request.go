@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 )
 
 // DefaultInterface is the interface Request asks for when it is given none:
@@ -17,7 +18,7 @@ const DefaultInterface = "eth0"
 // the node it is scheduled to.
 //
 // It fills Namespace, Name, UID, Labels and Annotations from pod; Stable
-// when the pod is controlled by a StatefulSet (ipam.KindStatefulSet: its
+// when the pod is controlled by a StatefulSet (gc.KindStatefulSet: its
 // addresses then belong to its namespace and name, and come back to the
 // pod that takes the name next); Node from pod.Spec.NodeName; NodeLabels from node; and NamespaceLabels and
 // NamespaceAnnotations from ns. A nil pod, ns or node leaves its fields empty.
@@ -41,7 +42,7 @@ func Request(pod *corev1.Pod, ns *corev1.Namespace, node *corev1.Node, ifaces ..
 		req.Labels = maps.Clone(pod.Labels)
 		req.Annotations = maps.Clone(pod.Annotations)
 		req.Node = pod.Spec.NodeName
-		req.Stable = ControllerKind(pod) == ipam.KindStatefulSet
+		req.Stable = ControllerKind(pod) == gc.KindStatefulSet
 	}
 	if node != nil {
 		req.NodeLabels = maps.Clone(node.Labels)
