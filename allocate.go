@@ -296,14 +296,18 @@ func (a *Allocator) claimSelected(ctx context.Context, t *task, hs *holdings, no
 	var b strings.Builder
 	fmt.Fprintf(&b, "no pool can serve %s", t.ownerName(hs.owner))
 	sep := ": "
+	why := ErrNoCandidates
 	for _, e := range t.trace {
 		b.WriteString(sep)
 		b.WriteString(e.Pool)
 		b.WriteString(": ")
 		b.WriteString(e.Message)
 		sep = "; "
+		if e.Status == StatusExhausted {
+			why = errCandidatesFull
+		}
 	}
-	return &AllocationError{Interface: t.iface, Family: t.family, Err: ErrNoCandidates, Reason: b.String()}
+	return &AllocationError{Interface: t.iface, Family: t.family, Err: why, Reason: b.String()}
 }
 
 // maxSettle bounds how often one task starts over because another Allocator
