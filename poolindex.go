@@ -160,7 +160,7 @@ func (a *Allocator) newDef(p *Pool, reserved *netipx.IPSet) (*poolDef, error) {
 	def := &poolDef{pool: p, reserved: reserved, layout: newLayout(rs, exclude)}
 	if def.layout.total.isZero() {
 		def.empty = ReasonExcluded
-		if reserved != nil && !FullyExcluded(p) {
+		if reserved != nil && !fullyExcluded(p) {
 			def.empty = ReasonReserved
 		}
 	}
