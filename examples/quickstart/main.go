@@ -34,7 +34,6 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
-	"github.com/ipamkit/ipam/internal/texttable"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -366,9 +365,6 @@ func selects(req ipam.Request) bool {
 	}
 	return false
 }
-
-// newTable returns an aligned table that writes to out.
-func newTable(out io.Writer) *texttable.Table { return texttable.New(out) }
 
 // rangeString writes a single-address range as that address.
 func rangeString(from, to netip.Addr) string {
