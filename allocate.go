@@ -93,7 +93,7 @@ func (a *Allocator) allocate(ctx context.Context, req *Request, now time.Time) (
 	var err error
 	for i, ifc := range req.Interfaces {
 		if len(ifc.Pools) == 0 {
-			if slices.IndexFunc(req.Interfaces[:i], func(x Interface) bool { return len(x.Pools) == 0 }) < 0 {
+			if slices.IndexFunc(req.Interfaces[:i], func(x NIC) bool { return len(x.Pools) == 0 }) < 0 {
 				for k := range selected {
 					if tasks, err = a.appendSelected(tasks, sreq, &selected[k]); err != nil {
 						return Result{}, err
@@ -214,7 +214,7 @@ func poolError(iface string, family int, name string, err error) error {
 // appendSelected adds the task for one interface and family whose pools the
 // chain selected: the named pools, filtered for the pod, then sorted.
 func (a *Allocator) appendSelected(tasks []task, req *Request, c *Candidates) ([]task, error) {
-	ifc := Interface{Name: c.Interface}
+	ifc := NIC{Name: c.Interface}
 	for _, x := range req.Interfaces {
 		if x.Name == c.Interface {
 			ifc = x
@@ -864,7 +864,7 @@ func (req *Request) validate() error {
 // addresses that a pool can never hand out (its gateway, excluded or reserved),
 // are errors, reported before anything is claimed, each saying which rule it
 // broke.
-func placeRequested(ifc Interface, tasks []task) error {
+func placeRequested(ifc NIC, tasks []task) error {
 	if len(ifc.IPs) == 0 {
 		return nil
 	}

@@ -18,7 +18,7 @@
 //	alloc, err := ipam.NewAllocator(ipam.Options{Pools: cat})
 //	res, err := alloc.Allocate(ctx, ipam.Request{
 //		Namespace: "default", Name: "web-0", UID: uid,
-//		Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"blue"}}},
+//		Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"blue"}}},
 //	})
 //	...
 //	err = alloc.Release(ctx, store.Owner{UID: uid})

@@ -96,7 +96,7 @@ type Subject struct {
 // for ifc is an error (a *MultusError), even if no pool has a multusName; a
 // malformed NetConf.ClusterNetwork, when consulted, is a *FieldError. Both
 // unwrap to ErrInvalid.
-func SubjectOf(req *Request, ifc Interface) (Subject, error) {
+func SubjectOf(req *Request, ifc NIC) (Subject, error) {
 	if req == nil {
 		req = &Request{}
 	}

@@ -111,7 +111,7 @@ type Request struct {
 	App AppRef
 
 	// Interfaces lists the interfaces to serve.
-	Interfaces []Interface
+	Interfaces []NIC
 }
 
 // Owner returns the owner that req's claims record (without an interface).
@@ -137,8 +137,16 @@ type NetConf struct {
 	ClusterNetwork string `json:"-"`
 }
 
-// Interface asks for the addresses of one network interface.
-type Interface struct {
+// Interface is NIC's former name, kept so that code written against it
+// compiles while call sites move.
+//
+// Deprecated: use NIC.
+type Interface = NIC
+
+// NIC asks for the addresses of one network interface of the pod (a NIC, such
+// as eth0 or a Multus net1): Request.Interfaces lists them. The zero NIC has
+// no name and is not valid. A NIC is a plain value.
+type NIC struct {
 	// Name is the interface name in the pod, such as "eth0". Required.
 	Name string
 	// Pools names the pools to allocate from: one address from each, in order,

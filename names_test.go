@@ -22,12 +22,12 @@ func TestExhaustedWhicheverRuleChose(t *testing.T) {
 	require.NoError(t, err)
 	named := func(uid string) ipam.Request {
 		return ipam.Request{Namespace: "default", Name: uid, UID: uid,
-			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"green"}}}}
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"green"}}}}
 	}
 	selected := func(uid string) ipam.Request {
 		return ipam.Request{Namespace: "default", Name: uid, UID: uid,
 			Annotations: map[string]string{"ipam.spidernet.io/ippool": `{"ipv4":["green"]}`},
-			Interfaces:  []ipam.Interface{{Name: "eth0"}}}
+			Interfaces:  []ipam.NIC{{Name: "eth0"}}}
 	}
 	_, err = a.Allocate(ctx, named("first"))
 	require.NoError(t, err)
@@ -50,7 +50,7 @@ func TestNoCandidatesNotExhausted(t *testing.T) {
 	require.NoError(t, err)
 	_, err = a.Allocate(context.Background(), ipam.Request{Namespace: "default", Name: "p", UID: "p", Node: "n2",
 		Annotations: map[string]string{"ipam.spidernet.io/ippool": `{"ipv4":["green"]}`},
-		Interfaces:  []ipam.Interface{{Name: "eth0"}}})
+		Interfaces:  []ipam.NIC{{Name: "eth0"}}})
 	require.ErrorIs(t, err, ipam.ErrNoCandidates)
 	require.NotErrorIs(t, err, ipam.ErrExhausted)
 }

@@ -931,7 +931,7 @@ func (s *chain) ipPools(value string) ([]Candidates, error) {
 }
 
 // hasExplicitPools reports whether ifaces has an interface of that name with Pools.
-func hasExplicitPools(ifaces []Interface, name string) bool {
+func hasExplicitPools(ifaces []NIC, name string) bool {
 	for _, ifc := range ifaces {
 		if ifc.Name == name {
 			return len(ifc.Pools) > 0

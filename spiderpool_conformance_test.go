@@ -331,7 +331,7 @@ func spcMatchAll(ann map[string]string) ipam.Request {
 		Node:            "node1",
 		NodeLabels:      map[string]string{"zone": "a"},
 		NamespaceLabels: map[string]string{"team": "x", "kubernetes.io/metadata.name": "ns1"},
-		Interfaces:      []ipam.Interface{{Name: "eth0", Network: "kube-system/macvlan"}},
+		Interfaces:      []ipam.NIC{{Name: "eth0", Network: "kube-system/macvlan"}},
 	}
 }
 
@@ -679,7 +679,7 @@ func (w *spcWorld) request(t *testing.T, pod spcPod, name, nic string) ipam.Requ
 		Node: pod.Node, NodeLabels: nodeLabels,
 		NamespaceLabels: nsLabels, NamespaceAnnotations: nsAnn,
 		NetConf:    w.netConf(t, ann),
-		Interfaces: []ipam.Interface{{Name: nic}},
+		Interfaces: []ipam.NIC{{Name: nic}},
 	}
 }
 
@@ -1844,7 +1844,7 @@ func spcRunSP43(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	for i, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			req := ipam.Request{Namespace: "default", Name: fmt.Sprintf("pod-%d", i), UID: fmt.Sprintf("uid-%d", i),
-				Annotations: v.ann, NetConf: ipam.NetConf{CleanGateway: v.netconf}, Interfaces: []ipam.Interface{{Name: "eth0"}}}
+				Annotations: v.ann, NetConf: ipam.NetConf{CleanGateway: v.netconf}, Interfaces: []ipam.NIC{{Name: "eth0"}}}
 			res, err := w.alloc.AllocateAt(t.Context(), req, spcNow)
 			require.NoError(t, err)
 			cfg, ok := spcIPFor(res, "eth0", 4)
@@ -2122,7 +2122,7 @@ func spcRunSP62(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	alloc, err := ipam.NewAllocator(ipam.Options{Pools: src, Store: st})
 	require.NoError(t, err)
 	req := func(id string) ipam.Request {
-		return ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"pool"}}}}
+		return ipam.Request{ContainerID: id, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"pool"}}}}
 	}
 	// stored returns the addresses each owner holds in the Store.
 	stored := func() map[string][]netip.Addr {

@@ -88,7 +88,7 @@ func ExampleCollect() {
 	for _, name := range []string{"web", "gone"} {
 		_, err := a.AllocateAt(ctx, ipam.Request{
 			Namespace: "default", Name: name, UID: "uid-" + name,
-			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"blue"}}},
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"blue"}}},
 		}, start)
 		if err != nil {
 			panic(err)

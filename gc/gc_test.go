@@ -936,9 +936,9 @@ func gcAllocate(t *testing.T, a *ipam.Allocator, name, uid string) netip.Addr {
 
 func gcAllocateAt(t *testing.T, a *ipam.Allocator, name, uid string, at time.Time) netip.Addr {
 	t.Helper()
-	req := ipam.Request{Namespace: "default", Name: name, UID: uid, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+	req := ipam.Request{Namespace: "default", Name: name, UID: uid, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}
 	if uid == "" {
-		req = ipam.Request{ContainerID: name, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+		req = ipam.Request{ContainerID: name, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}
 	}
 	res, err := a.AllocateAt(context.Background(), req, at)
 	require.NoError(t, err)
@@ -1007,7 +1007,7 @@ func TestCollectGarbage(t *testing.T) {
 	}
 	require.Contains(t, fresh, gone)
 	require.Contains(t, fresh, term)
-	_, err = a.AllocateAt(ctx, ipam.Request{UID: "n4", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}, gcBase)
+	_, err = a.AllocateAt(ctx, ipam.Request{UID: "n4", Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}, gcBase)
 	require.ErrorIs(t, err, ipam.ErrExhausted)
 
 	// A second run releases nothing more: the new claims are newer than the

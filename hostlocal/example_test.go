@@ -45,7 +45,7 @@ func ExampleConfig_FileStorePools() {
 	}
 	ctx := context.Background()
 	res, err := alloc.Allocate(ctx, ipam.Request{ContainerID: "c1",
-		Interfaces: []ipam.Interface{{Name: "eth0", Pools: c.PoolNames()}}})
+		Interfaces: []ipam.NIC{{Name: "eth0", Pools: c.PoolNames()}}})
 	if err != nil {
 		panic(err)
 	}
@@ -57,7 +57,7 @@ func ExampleConfig_FileStorePools() {
 		fmt.Printf("%s %s: %q\n", ip.Pool, ip.Address, b)
 	}
 	_, err = alloc.Allocate(ctx, ipam.Request{UID: "3f1c", ContainerID: "c2",
-		Interfaces: []ipam.Interface{{Name: "eth0", Pools: c.PoolNames()}}})
+		Interfaces: []ipam.NIC{{Name: "eth0", Pools: c.PoolNames()}}})
 	fmt.Println("a pod UID as owner:", err != nil)
 	fmt.Println(alloc.Release(ctx, store.Owner{ContainerID: "c1"}))
 	// Output:

@@ -168,7 +168,7 @@ type SimOptions struct {
 	SecondNIC int
 	// Requested is the share, in percent, of the Deployments that name their
 	// pools in the request whose pods also request one address of the first
-	// of them (ipam.Interface.IPs), so that they compete for it. Zero means 25,
+	// of them (ipam.NIC.IPs), so that they compete for it. Zero means 25,
 	// negative means none.
 	Requested int
 	// Mix weighs the events; the zero Mix means DefaultMix().

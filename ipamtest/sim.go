@@ -175,7 +175,7 @@ type workload struct {
 	// another agent's operation (see interleave); it is not in Sim.works.
 	thief  bool
 	mode   selMode
-	ifaces []ipam.Interface
+	ifaces []ipam.NIC
 	annot  map[string]string
 	labels map[string]string
 	// families is how many addresses a pod gets (one per pool named, or
@@ -601,7 +601,7 @@ func (s *Sim) buildWorkloads() {
 			for _, f := range fams {
 				pools = append(pools, chosen[f]...)
 			}
-			w.ifaces = append(w.ifaces, ipam.Interface{Name: nic, Pools: pools})
+			w.ifaces = append(w.ifaces, ipam.NIC{Name: nic, Pools: pools})
 		}
 		if !w.sts && r.IntN(100) < s.opts.Requested {
 			if w.want = s.someAddress(w.ifaces[0].Pools[0]); w.want.IsValid() {
@@ -661,17 +661,17 @@ func (s *Sim) buildWorkloads() {
 		case modeAnnotation:
 			if len(nics) == 1 {
 				w.annot = map[string]string{ipam.AnnotationIPPool: "{" + families(pick(2)) + "}"}
-				w.ifaces = []ipam.Interface{{Name: "eth0"}}
+				w.ifaces = []ipam.NIC{{Name: "eth0"}}
 				break
 			}
 			var entries []string
 			for _, nic := range nics {
 				entries = append(entries, fmt.Sprintf(`{"interface":%q,%s}`, nic, families(pick(2))))
-				w.ifaces = append(w.ifaces, ipam.Interface{Name: nic})
+				w.ifaces = append(w.ifaces, ipam.NIC{Name: nic})
 			}
 			w.annot = map[string]string{ipam.AnnotationIPPools: "[" + strings.Join(entries, ",") + "]"}
 		default:
-			w.ifaces = []ipam.Interface{{Name: "eth0"}}
+			w.ifaces = []ipam.NIC{{Name: "eth0"}}
 		}
 		s.resolve(w)
 		s.works = append(s.works, w)

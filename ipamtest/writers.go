@@ -343,7 +343,7 @@ func (s *Sim) steal(k claimKey, not ...int) {
 	}
 	p := s.newPod(s.w.thief, -1, s.readyNode())
 	p.want = k.ip
-	p.req.Interfaces = []ipam.Interface{{Name: "eth0", Pools: []string{k.pool}, IPs: []netip.Addr{k.ip}}}
+	p.req.Interfaces = []ipam.NIC{{Name: "eth0", Pools: []string{k.pool}, IPs: []netip.Addr{k.ip}}}
 	s.addVia(p, EventCreate, c)
 	if p.phase != gc.PodRunning {
 		s.remove(p)
@@ -356,7 +356,7 @@ func (s *Sim) steal(k claimKey, not ...int) {
 func (s *Sim) thiefWorkload(ns *Namespace) *workload {
 	w := &workload{name: "new", ns: ns, thief: true, mode: modeExplicit, families: 1,
 		container: s.opts.Deployments == 0 && s.opts.StatefulSets == 0,
-		ifaces:    []ipam.Interface{{Name: "eth0"}}, // its pool and address are each pod's
+		ifaces:    []ipam.NIC{{Name: "eth0"}}, // its pool and address are each pod's
 		labels:    map[string]string{"app": "new"},
 		perIface:  map[string]int{"eth0": 1},
 		allowed:   map[string]map[string]bool{"eth0": {}},

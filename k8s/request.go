@@ -33,7 +33,7 @@ const DefaultInterface = "eth0"
 //
 // The Request shares no memory with the objects or with ifaces, so objects
 // from an informer's cache are safe to pass.
-func Request(pod *corev1.Pod, ns *corev1.Namespace, node *corev1.Node, ifaces ...ipam.Interface) ipam.Request {
+func Request(pod *corev1.Pod, ns *corev1.Namespace, node *corev1.Node, ifaces ...ipam.NIC) ipam.Request {
 	var req ipam.Request
 	if pod != nil {
 		req.Namespace = pod.Namespace
@@ -52,9 +52,9 @@ func Request(pod *corev1.Pod, ns *corev1.Namespace, node *corev1.Node, ifaces ..
 		req.NamespaceAnnotations = maps.Clone(ns.Annotations)
 	}
 	if len(ifaces) == 0 {
-		req.Interfaces = []ipam.Interface{{Name: DefaultInterface}}
+		req.Interfaces = []ipam.NIC{{Name: DefaultInterface}}
 	} else {
-		req.Interfaces = make([]ipam.Interface, len(ifaces))
+		req.Interfaces = make([]ipam.NIC, len(ifaces))
 		for i, ifc := range ifaces {
 			ifc.Pools = slices.Clone(ifc.Pools)
 			ifc.IPs = slices.Clone(ifc.IPs)

@@ -266,7 +266,7 @@ func (p pod) request(c *cluster) ipam.Request {
 		Node: p.Node, NodeLabels: c.Nodes[p.Node],
 		NamespaceLabels: ns.Labels, NamespaceAnnotations: ns.Annotations}
 	for _, ifc := range p.Interfaces {
-		in := ipam.Interface{Name: ifc.Name, Pools: ifc.Pools}
+		in := ipam.NIC{Name: ifc.Name, Pools: ifc.Pools}
 		for _, s := range ifc.IPs {
 			in.IPs = append(in.IPs, netip.MustParseAddr(s))
 		}

@@ -67,7 +67,7 @@ func TestConfirm(t *testing.T) {
 	claimed := map[string]netip.Addr{}
 	for _, name := range []string{"new", "reborn", "gone", "stale-alive"} {
 		res, err := a.Allocate(ctx, ipam.Request{Namespace: "ns", Name: name, UID: name + "-uid",
-			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}})
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -203,7 +203,7 @@ func TestGCRunner(t *testing.T) {
 	claims := map[string]store.Claim{} // by pod name (and "again-old")
 	claim := func(key string, p *corev1.Pod) {
 		t.Helper()
-		res, err := agent.Allocate(ctx, k8s.Request(p, nil, nil, ipam.Interface{Name: "eth0", Pools: []string{"gc"}}))
+		res, err := agent.Allocate(ctx, k8s.Request(p, nil, nil, ipam.NIC{Name: "eth0", Pools: []string{"gc"}}))
 		if err != nil {
 			t.Fatal(err)
 		}

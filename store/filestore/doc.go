@@ -14,7 +14,7 @@
 //	cat, err := ipam.NewCatalog(c.Pools...)
 //	alloc, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
 //	res, err := alloc.Allocate(ctx, ipam.Request{ContainerID: containerID,
-//		Interfaces: []ipam.Interface{{Name: ifname, Pools: c.PoolNames()}}})
+//		Interfaces: []ipam.NIC{{Name: ifname, Pools: c.PoolNames()}}})
 //
 // The owner rule, up front: host-local's files record a container ID and an
 // interface name, nothing else. Owners are therefore identified by
