@@ -13,7 +13,7 @@ import (
 
 // A host-local network config, allocated through store/filestore in
 // host-local's own state directory.
-func ExampleConfig_FileStorePools() {
+func ExampleFileStorePools() {
 	dataDir, err := os.MkdirTemp("", "hostlocal-example")
 	if err != nil {
 		panic(err)
@@ -26,7 +26,7 @@ func ExampleConfig_FileStorePools() {
 	if err != nil {
 		panic(err)
 	}
-	pools, err := c.FileStorePools()
+	pools, err := hostlocal.FileStorePools(c.Pools)
 	if err != nil {
 		panic(err)
 	}

@@ -8,7 +8,7 @@
 // From a host-local network config (package hostlocal):
 //
 //	c, err := hostlocal.Load(netconf, os.Getenv("CNI_ARGS"))
-//	pools, err := c.FileStorePools() // pool i is range set i
+//	pools, err := hostlocal.FileStorePools(c.Pools) // pool i is range set i
 //	st, err := filestore.Open(c.StateDir(), filestore.Options{Pools: pools})
 //	defer st.Close()
 //	cat, err := ipam.NewCatalog(c.Pools...)
