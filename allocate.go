@@ -330,10 +330,10 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			return err
 		}
 	}
-	p := picker{a: a, t: t, idx: idx, want: want, hs: hs, now: now}
+	var ps pickState
 	settles := 0
 	for {
-		ip, at, err := p.pick(ctx)
+		ip, at, err := a.pick(ctx, t, idx, want, hs, now, &ps)
 		if !ip.IsValid() {
 			return err // nil: t reuses what the owner holds
 		}
@@ -385,7 +385,7 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			t.plain = true
 		case errors.Is(err, store.ErrExists):
 			// Our index was stale: the address stays marked used.
-			if err := p.stale(ctx, ip, &at); err != nil {
+			if err := a.stale(ctx, t, idx, want, hs, ip, &at, &ps); err != nil {
 				return err
 			}
 		default:
@@ -395,18 +395,10 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 	}
 }
 
-// picker chooses the addresses one claim tries, learning from the Store
-// at most once per claim: a List of the pool (listed), a Get of the
-// requested address (checked).
-type picker struct {
-	a               *Allocator
-	t               *task
-	idx             *poolIndex
-	want            netip.Addr
-	hs              *holdings
-	now             time.Time
-	listed, checked bool
-}
+// pickState is what one claim has learnt from the Store, at most once per
+// claim: a List of the pool (listed), a Get of the requested address
+// (checked).
+type pickState struct{ listed, checked bool }
 
 // pick reserves in the index the next address to claim: want if the index
 // has it free, else the next free address by the pool's strategy. If there
@@ -414,53 +406,52 @@ type picker struct {
 // taken, or the pool is exhausted as the Store confirms; or a nil error when
 // the owner turns out to hold an address that serves the task, which it
 // then reuses.
-func (p *picker) pick(ctx context.Context) (netip.Addr, slot, error) {
-	a, t, idx, want := p.a, p.t, p.idx, p.want
+func (a *Allocator) pick(ctx context.Context, t *task, idx *poolIndex, want netip.Addr, hs *holdings, now time.Time, ps *pickState) (netip.Addr, slot, error) {
 	for {
 		if err := ctx.Err(); err != nil {
 			return netip.Addr{}, slot{}, &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
 		}
 		if def := idx.def.Load(); def.refused != nil {
-			if ok, err := a.heldInstead(ctx, t, p.hs); ok || err != nil {
+			if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
 				return netip.Addr{}, slot{}, err
 			}
 			return netip.Addr{}, slot{}, &AllocationError{Interface: t.iface, Pool: idx.name, Err: def.refused, Reason: def.refused.Error()}
 		}
-		if !p.listed && !want.IsValid() && idx.def.Load().pool.Strategy == LowestFree && !idx.isComplete() {
+		if !ps.listed && !want.IsValid() && idx.def.Load().pool.Strategy == LowestFree && !idx.isComplete() {
 			// The lowest free address is known only from the whole pool.
-			if err := p.list(ctx); err != nil {
+			if err := a.listOnce(ctx, t, idx, ps); err != nil {
 				return netip.Addr{}, slot{}, err
 			}
 		}
 		var at slot
-		if ip, ok := idx.reserve(want, p.now, &at); ok {
+		if ip, ok := idx.reserve(want, now, &at); ok {
 			return ip, at, nil
 		}
 		if want.IsValid() {
 			// The index says taken; the Store decides. If it was released
 			// since, forget it and try once more.
-			if !p.checked {
-				p.checked = true
+			if !ps.checked {
+				ps.checked = true
 				if _, err := a.store.Get(ctx, idx.name, want); errors.Is(err, store.ErrNotFound) {
 					idx.forget(want)
 					continue
 				}
 			}
-			return netip.Addr{}, slot{}, a.unavailable(ctx, t, p.hs, idx, want)
+			return netip.Addr{}, slot{}, a.unavailable(ctx, t, hs, idx, want)
 		}
-		if !p.listed {
+		if !ps.listed {
 			// Full as far as the index knows: ask the Store, which
 			// confirms it at once if nothing changed since the index was
 			// filled.
-			p.listed = true
+			ps.listed = true
 			if !a.unchanged(ctx, idx) {
-				if err := p.list(ctx); err != nil {
+				if err := a.listOnce(ctx, t, idx, ps); err != nil {
 					return netip.Addr{}, slot{}, err
 				}
 				continue
 			}
 		}
-		if ok, err := a.heldInstead(ctx, t, p.hs); ok || err != nil {
+		if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
 			return netip.Addr{}, slot{}, err
 		}
 		return netip.Addr{}, slot{}, &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrExhausted,
@@ -468,11 +459,12 @@ func (p *picker) pick(ctx context.Context) (netip.Addr, slot, error) {
 	}
 }
 
-// list fills the index from the Store's List of the pool, once per claim.
-func (p *picker) list(ctx context.Context) error {
-	p.listed = true
-	if err := p.a.fill(ctx, p.idx); err != nil {
-		return &AllocationError{Interface: p.t.iface, Pool: p.idx.name, Err: err, Reason: err.Error()}
+// listOnce fills the index from the Store's List of the pool, once per
+// claim.
+func (a *Allocator) listOnce(ctx context.Context, t *task, idx *poolIndex, ps *pickState) error {
+	ps.listed = true
+	if err := a.fill(ctx, idx); err != nil {
+		return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
 	}
 	return nil
 }
@@ -480,14 +472,14 @@ func (p *picker) list(ctx context.Context) error {
 // stale learns that the Store holds ip, which the index had free. Probing
 // from the cursor that keeps finding used addresses lists the whole pool
 // once. A requested address is then unavailable.
-func (p *picker) stale(ctx context.Context, ip netip.Addr, at *slot) error {
-	if misses := p.idx.taken(ip, at); misses >= probeMisses && !p.listed && !p.want.IsValid() {
-		if err := p.list(ctx); err != nil {
+func (a *Allocator) stale(ctx context.Context, t *task, idx *poolIndex, want netip.Addr, hs *holdings, ip netip.Addr, at *slot, ps *pickState) error {
+	if misses := idx.taken(ip, at); misses >= probeMisses && !ps.listed && !want.IsValid() {
+		if err := a.listOnce(ctx, t, idx, ps); err != nil {
 			return err
 		}
 	}
-	if p.want.IsValid() {
-		return p.a.unavailable(ctx, p.t, p.hs, p.idx, p.want)
+	if want.IsValid() {
+		return a.unavailable(ctx, t, hs, idx, want)
 	}
 	return nil
 }
@@ -745,9 +737,14 @@ func (t *task) poolName() string {
 }
 
 // fail returns err with the trace of every task so far, if it is an
-// *AllocationError without one.
+// *AllocationError without one, and with the family of t's pool when the
+// error does not say it (a pool the interface names; the message leaves it
+// out, the pool's name saying it already).
 func (t *task) fail(tasks []task, err error) error {
 	var ae *AllocationError
+	if errors.As(err, &ae) && ae.Family == 0 && t.lay != nil {
+		ae.Family, ae.familyImplied = t.lay.family(), true
+	}
 	if errors.As(err, &ae) && ae.Trace == nil {
 		var tr []TraceEntry
 		for i := range tasks {

@@ -149,8 +149,9 @@ func (fe *fieldErrors) err() error { return errors.Join(fe.errs...) }
 type AllocationError struct {
 	// Interface is the interface being served, such as "eth0".
 	Interface string
-	// Family is the IP family being served, 4 or 6, when the pools were
-	// selected per family; 0 otherwise.
+	// Family is the IP family being served, 4 or 6: of the pools selected
+	// per family, or of the pool the interface names; 0 when no pool was
+	// involved.
 	Family int
 	// Pool is the pool that failed; empty when no pool was involved.
 	Pool string
@@ -164,6 +165,8 @@ type AllocationError struct {
 	// Trace is what happened to every pool the request considered, up to the
 	// failure.
 	Trace []TraceEntry
+
+	familyImplied bool // Family is the named pool's: Error leaves it out
 }
 
 // Error returns, for example,
@@ -172,7 +175,7 @@ func (e *AllocationError) Error() string {
 	var b strings.Builder
 	if e.Interface != "" {
 		b.WriteString(e.Interface)
-		if e.Family != 0 {
+		if e.Family != 0 && !e.familyImplied {
 			fmt.Fprintf(&b, " IPv%d", e.Family)
 		}
 		b.WriteString(": ")

@@ -3,6 +3,7 @@ package ipam_test
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -66,4 +67,33 @@ func TestOneErrNotFound(t *testing.T) {
 	require.NoError(t, err)
 	err = a.ReleaseIP(context.Background(), "blue", netip.MustParseAddr("10.0.0.9"))
 	require.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// AllocationError.Family says the family of a pool the interface names, as
+// its trace does; the message stays as it was. Before, Family was 0.
+func TestAllocationErrorFamilyOfNamedPool(t *testing.T) {
+	cat, err := ipam.NewCatalog(
+		ipam.MustParsePool(`{"name":"v4","subnet":"10.1.0.0/24","ips":["10.1.0.10"]}`),
+		ipam.MustParsePool(`{"name":"v6","subnet":"2001:db8::/64","ips":["2001:db8::10"]}`))
+	require.NoError(t, err)
+	a, err := ipam.NewAllocator(ipam.Options{Pools: cat})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, c := range []struct {
+		pool   string
+		family int
+	}{{"v4", 4}, {"v6", 6}} {
+		req := func(uid string) ipam.Request {
+			return ipam.Request{Namespace: "default", Name: uid, UID: uid,
+				Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{c.pool}}}}
+		}
+		_, err := a.Allocate(ctx, req("first-"+c.pool))
+		require.NoError(t, err)
+		_, err = a.Allocate(ctx, req("second-"+c.pool))
+		var ae *ipam.AllocationError
+		require.ErrorAs(t, err, &ae)
+		require.Equal(t, c.family, ae.Family, "%v", err)
+		require.Equal(t, c.family, ae.Trace[len(ae.Trace)-1].Family, "the trace's family")
+		require.True(t, strings.HasPrefix(err.Error(), `eth0: pool "`+c.pool+`": `), "message %q", err)
+	}
 }
