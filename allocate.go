@@ -97,7 +97,7 @@ func (a *Allocator) allocate(ctx context.Context, req *Request, now time.Time) (
 	var err error
 	for i, ifc := range req.Interfaces {
 		if len(ifc.Pools) == 0 {
-			if slices.IndexFunc(req.Interfaces[:i], func(x Interface) bool { return len(x.Pools) == 0 }) < 0 {
+			if slices.IndexFunc(req.Interfaces[:i], func(x NIC) bool { return len(x.Pools) == 0 }) < 0 {
 				for k := range selected {
 					if tasks, err = a.appendSelected(tasks, sreq, &selected[k]); err != nil {
 						return Result{}, err
@@ -132,7 +132,7 @@ func (a *Allocator) allocate(ctx context.Context, req *Request, now time.Time) (
 	// afterwards cheaply. Otherwise the create comes first, and the Store's
 	// exclusive check, or settle, finds it (see createFirst).
 	hs := &holdings{owner: req.Owner()}
-	if !a.createFirst || req.Stable || requests(tasks) {
+	if !a.plan.createFirst || req.Stable || requests(tasks) {
 		if err := a.readHoldings(ctx, hs); err != nil {
 			return Result{}, &AllocationError{Err: err, Reason: "reading what the owner holds: " + err.Error()}
 		}
@@ -218,7 +218,7 @@ func poolError(iface string, family int, name string, err error) error {
 // appendSelected adds the task for one interface and family whose pools the
 // chain selected: the named pools, filtered for the pod, then sorted.
 func (a *Allocator) appendSelected(tasks []task, req *Request, c *Candidates) ([]task, error) {
-	ifc := Interface{Name: c.Interface}
+	ifc := NIC{Name: c.Interface}
 	for _, x := range req.Interfaces {
 		if x.Name == c.Interface {
 			ifc = x
@@ -300,14 +300,18 @@ func (a *Allocator) claimSelected(ctx context.Context, t *task, hs *holdings, no
 	var b strings.Builder
 	fmt.Fprintf(&b, "no pool can serve %s", t.ownerName(hs.owner))
 	sep := ": "
+	why := ErrNoCandidates
 	for _, e := range t.trace {
 		b.WriteString(sep)
 		b.WriteString(e.Pool)
 		b.WriteString(": ")
 		b.WriteString(e.Message)
 		sep = "; "
+		if e.Status == StatusExhausted {
+			why = errCandidatesFull
+		}
 	}
-	return &AllocationError{Interface: t.iface, Family: t.family, Err: ErrNoCandidates, Reason: b.String()}
+	return &AllocationError{Interface: t.iface, Family: t.family, Err: why, Reason: b.String()}
 }
 
 // maxSettle bounds how often one task starts over because another Allocator
@@ -317,6 +321,12 @@ const maxSettle = 4
 // claim takes one address in idx for t: want if valid, else the next free one
 // by the pool's strategy. On success t's pool and address are set; or, if the
 // Store shows the owner holds an address for t already, t reuses it.
+//
+// One pass: pick an address the index says is free, create its claim, check
+// that the claim stands (the pool still has the address, no other pool holds
+// it, no racing call served the owner first); a claim that does not stand,
+// or an address the Store says is taken, teaches the index and starts the
+// next pass.
 func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want netip.Addr, hs *holdings, now time.Time) error {
 	if hs.known && !t.checked {
 		// What the owner holds was read for another task of this call.
@@ -324,103 +334,28 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			return err
 		}
 	}
-	listed, checked, settles := false, false, 0
+	var ps pickState
+	settles := 0
 	for {
-		if err := ctx.Err(); err != nil {
-			return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
-		}
-		if def := idx.def.Load(); def.refused != nil {
-			if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
-				return err
-			}
-			return &AllocationError{Interface: t.iface, Pool: idx.name, Err: def.refused, Reason: def.refused.Error()}
-		}
-		if !listed && !want.IsValid() && idx.def.Load().pool.Strategy == LowestFree && !idx.isComplete() {
-			// The lowest free address is known only from the whole pool.
-			listed = true
-			if err := a.fill(ctx, idx); err != nil {
-				return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
-			}
-		}
-		var at slot
-		ip, ok := idx.reserve(want, now, &at)
-		if !ok {
-			if want.IsValid() {
-				// The index says taken; the Store decides. If it was released
-				// since, forget it and try once more.
-				if !checked {
-					checked = true
-					if _, err := a.store.Get(ctx, idx.name, want); errors.Is(err, store.ErrNotFound) {
-						idx.forget(want)
-						continue
-					}
-				}
-				return a.unavailable(ctx, t, hs, idx, want)
-			}
-			if !listed {
-				// Full as far as the index knows: ask the Store, which
-				// confirms it at once if nothing changed since the
-				// index was filled.
-				listed = true
-				if !a.unchanged(ctx, idx) {
-					if err := a.fill(ctx, idx); err != nil {
-						return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
-					}
-					continue
-				}
-			}
-			if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
-				return err
-			}
-			return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrExhausted,
-				Reason: "no free address in range set " + idx.describe()}
+		ip, at, err := a.pick(ctx, t, idx, want, hs, now, &ps)
+		if !ip.IsValid() {
+			return err // nil: t reuses what the owner holds
 		}
 		c := store.Claim{Pool: idx.name, IP: ip, Owner: hs.owner, Time: now}
 		c.Owner.Interface = t.iface
-		exclusive := a.excl != nil && !t.plain
-		var err error
+		exclusive := a.plan.createExclusive != nil && !t.plain
 		if exclusive {
-			c, err = a.excl.CreateExclusive(ctx, c)
+			c, err = a.plan.createExclusive(ctx, c)
 		} else {
-			c, err = a.create(ctx, c)
+			c, err = a.plan.create(ctx, c)
 		}
 		switch {
 		case err == nil:
 			idx.created(ip, &at)
-			if gone, outside := a.redefinedWithout(ctx, idx, c); gone || outside {
-				// The pool changed while the address was being claimed,
-				// and no longer has it (a shrink gave it back): give the
-				// claim back and try again in the pool as it is now.
-				if err := a.deleteAt(context.WithoutCancel(ctx), idx, c.IP, c.Revision, time.Time{}); err != nil {
-					return &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err, Reason: "store: " + err.Error()}
-				}
-				switch {
-				case gone:
-					return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrNotFound, Reason: "no such pool any more"}
-				case want.IsValid():
-					return a.unavailable(ctx, t, hs, idx, want)
-				}
+			if err := a.stands(ctx, t, idx, c, want, hs); err == errAgain {
 				continue
-			}
-			if other, err := a.elsewhere(ctx, c); err != nil || other != "" {
-				// Another pool holds the address: one whose definition
-				// moved away from it while its owner kept it. Give ours
-				// back; the address stays taken.
-				if derr := a.store.Delete(context.WithoutCancel(ctx), c.Pool, c.IP, c.Revision); derr != nil && !errors.Is(derr, store.ErrNotFound) {
-					return &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: derr, Reason: "store: " + derr.Error()}
-				}
-				if err != nil {
-					idx.forget(c.IP)
-					return &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err, Reason: "store: " + err.Error()}
-				}
-				if want.IsValid() {
-					if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
-						return err
-					}
-					return &AllocationError{Interface: t.iface, Pool: idx.name, IP: want, Err: ErrUnavailable,
-						Reason: fmt.Sprintf("requested IP address %s is not available: pool %q holds it", want, other)}
-				}
-				continue
+			} else if err != nil || t.reused {
+				return err
 			}
 			if exclusive {
 				t.setServed(idx, c)
@@ -454,22 +389,150 @@ func (a *Allocator) claim(ctx context.Context, t *task, idx *poolIndex, want net
 			t.plain = true
 		case errors.Is(err, store.ErrExists):
 			// Our index was stale: the address stays marked used.
-			if misses := idx.taken(ip, &at); misses >= probeMisses && !listed && !want.IsValid() {
-				// Probing from the cursor keeps finding used addresses:
-				// learn the whole pool once.
-				listed = true
-				if err := a.fill(ctx, idx); err != nil {
-					return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
-				}
-			}
-			if want.IsValid() {
-				return a.unavailable(ctx, t, hs, idx, want)
+			if err := a.stale(ctx, t, idx, want, hs, ip, &at, &ps); err != nil {
+				return err
 			}
 		default:
 			idx.unreserve(ip, &at)
 			return &AllocationError{Interface: t.iface, Pool: idx.name, IP: ip, Err: err, Reason: "store: " + err.Error()}
 		}
 	}
+}
+
+// pickState is what one claim has learnt from the Store, at most once per
+// claim: a List of the pool (listed), a Get of the requested address
+// (checked).
+type pickState struct{ listed, checked bool }
+
+// pick reserves in the index the next address to claim: want if the index
+// has it free, else the next free address by the pool's strategy. If there
+// is none it returns the invalid Addr and why: the pool is refused, want is
+// taken, or the pool is exhausted as the Store confirms; or a nil error when
+// the owner turns out to hold an address that serves the task, which it
+// then reuses.
+func (a *Allocator) pick(ctx context.Context, t *task, idx *poolIndex, want netip.Addr, hs *holdings, now time.Time, ps *pickState) (netip.Addr, slot, error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return netip.Addr{}, slot{}, &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
+		}
+		if def := idx.def.Load(); def.refused != nil {
+			if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
+				return netip.Addr{}, slot{}, err
+			}
+			return netip.Addr{}, slot{}, &AllocationError{Interface: t.iface, Pool: idx.name, Err: def.refused, Reason: def.refused.Error()}
+		}
+		if !ps.listed && !want.IsValid() && idx.def.Load().pool.Strategy == LowestFree && !idx.isComplete() {
+			// The lowest free address is known only from the whole pool.
+			if err := a.listOnce(ctx, t, idx, ps); err != nil {
+				return netip.Addr{}, slot{}, err
+			}
+		}
+		var at slot
+		if ip, ok := idx.reserve(want, now, &at); ok {
+			return ip, at, nil
+		}
+		if want.IsValid() {
+			// The index says taken; the Store decides. If it was released
+			// since, forget it and try once more.
+			if !ps.checked {
+				ps.checked = true
+				if _, err := a.store.Get(ctx, idx.name, want); errors.Is(err, store.ErrNotFound) {
+					idx.forget(want)
+					continue
+				}
+			}
+			return netip.Addr{}, slot{}, a.unavailable(ctx, t, hs, idx, want)
+		}
+		if !ps.listed {
+			// Full as far as the index knows: ask the Store, which
+			// confirms it at once if nothing changed since the index was
+			// filled.
+			ps.listed = true
+			if !a.unchanged(ctx, idx) {
+				if err := a.listOnce(ctx, t, idx, ps); err != nil {
+					return netip.Addr{}, slot{}, err
+				}
+				continue
+			}
+		}
+		if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
+			return netip.Addr{}, slot{}, err
+		}
+		return netip.Addr{}, slot{}, &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrExhausted,
+			Reason: "no free address in range set " + idx.describe()}
+	}
+}
+
+// listOnce fills the index from the Store's List of the pool, once per
+// claim.
+func (a *Allocator) listOnce(ctx context.Context, t *task, idx *poolIndex, ps *pickState) error {
+	ps.listed = true
+	if err := a.fill(ctx, idx); err != nil {
+		return &AllocationError{Interface: t.iface, Pool: idx.name, Err: err, Reason: err.Error()}
+	}
+	return nil
+}
+
+// stale learns that the Store holds ip, which the index had free. Probing
+// from the cursor that keeps finding used addresses lists the whole pool
+// once. A requested address is then unavailable.
+func (a *Allocator) stale(ctx context.Context, t *task, idx *poolIndex, want netip.Addr, hs *holdings, ip netip.Addr, at *slot, ps *pickState) error {
+	if misses := idx.taken(ip, at); misses >= probeMisses && !ps.listed && !want.IsValid() {
+		if err := a.listOnce(ctx, t, idx, ps); err != nil {
+			return err
+		}
+	}
+	if want.IsValid() {
+		return a.unavailable(ctx, t, hs, idx, want)
+	}
+	return nil
+}
+
+// errAgain tells claim that the claim just made was given back, and that
+// it should try again.
+var errAgain = errors.New("try again")
+
+// stands checks a claim just created: if the pool changed while the address
+// was being claimed and no longer has it (a shrink gave it back), or another
+// pool holds the address (one whose definition moved away from it while its
+// owner kept it), the claim is given back. It returns nil if the claim
+// stands, errAgain to try another address, or the error that ends the
+// claim (nil with t.reused set when the owner holds an address that serves
+// t instead).
+func (a *Allocator) stands(ctx context.Context, t *task, idx *poolIndex, c store.Claim, want netip.Addr, hs *holdings) error {
+	if gone, outside := a.redefinedWithout(ctx, idx, c); gone || outside {
+		// Give the claim back and try again in the pool as it is now.
+		if err := a.deleteAt(context.WithoutCancel(ctx), idx, c.IP, c.Revision, time.Time{}); err != nil {
+			return &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err, Reason: "store: " + err.Error()}
+		}
+		switch {
+		case gone:
+			return &AllocationError{Interface: t.iface, Pool: idx.name, Err: ErrNotFound, Reason: "no such pool any more"}
+		case want.IsValid():
+			return a.unavailable(ctx, t, hs, idx, want)
+		}
+		return errAgain
+	}
+	other, err := a.elsewhere(ctx, c)
+	if err == nil && other == "" {
+		return nil
+	}
+	// Give ours back; the address stays taken.
+	if derr := a.store.Delete(context.WithoutCancel(ctx), c.Pool, c.IP, c.Revision); derr != nil && !errors.Is(derr, store.ErrNotFound) {
+		return &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: derr, Reason: "store: " + derr.Error()}
+	}
+	if err != nil {
+		idx.forget(c.IP)
+		return &AllocationError{Interface: t.iface, Pool: idx.name, IP: c.IP, Err: err, Reason: "store: " + err.Error()}
+	}
+	if want.IsValid() {
+		if ok, err := a.heldInstead(ctx, t, hs); ok || err != nil {
+			return err
+		}
+		return &AllocationError{Interface: t.iface, Pool: idx.name, IP: want, Err: ErrUnavailable,
+			Reason: fmt.Sprintf("requested IP address %s is not available: pool %q holds it", want, other)}
+	}
+	return errAgain
 }
 
 // redefinedWithout reports whether the PoolSource no longer has idx's pool,
@@ -514,16 +577,10 @@ func (a *Allocator) heldInstead(ctx context.Context, t *task, hs *holdings) (boo
 // and the Store can say (store.AddressReader): every claim written before
 // c, which store.AddressClaimsAtLeast gives from a cache when it can.
 func (a *Allocator) elsewhere(ctx context.Context, c store.Claim) (string, error) {
-	if a.static || a.addrs == nil {
+	if a.plan.addressClaims == nil {
 		return "", nil
 	}
-	var cs []store.Claim
-	var err error
-	if at, ok := a.addrs.(store.AddressClaimsAtLeast); ok {
-		cs, err = at.AddressClaimsAtLeast(ctx, c.IP, c.Revision)
-	} else {
-		cs, err = a.addrs.AddressClaims(ctx, c.IP)
-	}
+	cs, err := a.plan.addressClaims(ctx, c.IP, c.Revision)
 	if err != nil {
 		return "", err
 	}
@@ -548,15 +605,6 @@ func (a *Allocator) unavailable(ctx context.Context, t *task, hs *holdings, idx 
 func unavailable(t *task, idx *poolIndex, want netip.Addr) error {
 	return &AllocationError{Interface: t.iface, Pool: idx.name, IP: want, Err: ErrUnavailable,
 		Reason: fmt.Sprintf("requested IP address %s is not available in range set %s: already claimed", want, idx.def.Load().layout)}
-}
-
-// create stores a new claim and moves its pool's cursor to it (host-local's
-// last_reserved_ip): in one call if the Store can, else in two, the second a
-// hint whose failure is only logged.
-func (a *Allocator) create(ctx context.Context, c store.Claim) (store.Claim, error) {
-	return store.CreateAndSetCursor(ctx, a.store, c, func(err error) {
-		a.log.Warn("ipam: cannot record last reserved address", "pool", c.Pool, "ip", c.IP, "err", err)
-	})
 }
 
 // rollback releases what this call claimed, logging what it cannot.
@@ -693,9 +741,14 @@ func (t *task) poolName() string {
 }
 
 // fail returns err with the trace of every task so far, if it is an
-// *AllocationError without one.
+// *AllocationError without one, and with the family of t's pool when the
+// error does not say it (a pool the interface names; the message leaves it
+// out, the pool's name saying it already).
 func (t *task) fail(tasks []task, err error) error {
 	var ae *AllocationError
+	if errors.As(err, &ae) && ae.Family == 0 && t.lay != nil {
+		ae.Family, ae.familyImplied = t.lay.family(), true
+	}
 	if errors.As(err, &ae) && ae.Trace == nil {
 		var tr []TraceEntry
 		for i := range tasks {
@@ -812,7 +865,7 @@ func (req *Request) validate() error {
 // addresses that a pool can never hand out (its gateway, excluded or reserved),
 // are errors, reported before anything is claimed, each saying which rule it
 // broke.
-func placeRequested(ifc Interface, tasks []task) error {
+func placeRequested(ifc NIC, tasks []task) error {
 	if len(ifc.IPs) == 0 {
 		return nil
 	}

@@ -15,7 +15,7 @@ import (
 // TestAllocateAllocations pins the heap allocations of one Allocate of a pool
 // the request names: the Result only (issue 2 allows two).
 func TestAllocateAllocations(t *testing.T) {
-	req := ipam.Request{ContainerID: "c1", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+	req := ipam.Request{ContainerID: "c1", Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}
 	allocs := allocsPerCycle(t, req, func(ctx context.Context, a *ipam.Allocator, res ipam.Result, now time.Time) error {
 		return a.ReleaseIPAt(ctx, "p", res.IPs[0].Address.Addr(), now)
 	})
@@ -27,7 +27,7 @@ func TestAllocateAllocations(t *testing.T) {
 // holds. Naming the read for a log line that only an unreadable claim
 // writes once cost five more on every Release.
 func TestReleaseAllocations(t *testing.T) {
-	req := ipam.Request{UID: "u1", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+	req := ipam.Request{UID: "u1", Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}
 	allocs := allocsPerCycle(t, req, func(ctx context.Context, a *ipam.Allocator, _ ipam.Result, now time.Time) error {
 		return a.ReleaseAt(ctx, req.Owner(), now)
 	})

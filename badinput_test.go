@@ -131,11 +131,11 @@ func badAllocate(req ipam.Request, setup ...ipam.Request) func(*testing.T) error
 }
 
 func badEth0(uid string, pools []string, ips ...string) ipam.Request {
-	ifc := ipam.Interface{Name: "eth0", Pools: pools}
+	ifc := ipam.NIC{Name: "eth0", Pools: pools}
 	for _, s := range ips {
 		ifc.IPs = append(ifc.IPs, netip.MustParseAddr(s))
 	}
-	return ipam.Request{Namespace: "default", Name: "pod-" + uid, UID: uid, Interfaces: []ipam.Interface{ifc}}
+	return ipam.Request{Namespace: "default", Name: "pod-" + uid, UID: uid, Interfaces: []ipam.NIC{ifc}}
 }
 
 func TestBadInput(t *testing.T) {
@@ -389,16 +389,16 @@ func TestBadInput(t *testing.T) {
 
 		// Allocator requests.
 		{name: "request without uid or containerID",
-			run:  badAllocate(ipam.Request{Interfaces: []ipam.Interface{{Name: "eth0", Pools: blue}}}),
+			run:  badAllocate(ipam.Request{Interfaces: []ipam.NIC{{Name: "eth0", Pools: blue}}}),
 			want: []string{"request", "uid"}},
 		{name: "request without interfaces",
 			run:  badAllocate(ipam.Request{UID: "u1"}),
 			want: []string{"request", "interfaces"}},
 		{name: "request with empty interface name",
-			run:  badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.Interface{{Pools: blue}}}),
+			run:  badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.NIC{{Pools: blue}}}),
 			want: []string{"interfaces[0].name"}},
 		{name: "request with duplicate interface names",
-			run: badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.Interface{
+			run: badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.NIC{
 				{Name: "eth0", Pools: blue}, {Name: "net1", Pools: green}, {Name: "eth0", Pools: green}}}),
 			want: []string{"interfaces[2].name", `"eth0"`}},
 		{name: "pool field in the wrong case",
@@ -414,14 +414,14 @@ func TestBadInput(t *testing.T) {
 			run:  badParsePool(`{"name":"p","subnet":"10.0.1.0/24","ips":["10.0.1.10"],"nodeAffinity":{"matchExpressions":[{"Key":"zone","operator":"Exists"}]}}`),
 			want: []string{"nodeAffinity.matchExpressions[0].Key", `"key"`}},
 		{name: "request without pools and no rule that names one", is: []error{ipam.ErrNoCandidates},
-			run:  badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.Interface{{Name: "eth0"}}}),
+			run:  badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.NIC{{Name: "eth0"}}}),
 			want: []string{"eth0", "no pool selection rule"}},
 		{name: "requested IP without pools",
-			run: badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.Interface{{Name: "eth0",
+			run: badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.NIC{{Name: "eth0",
 				IPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}}}}),
 			want: []string{"interfaces[0].ips", "10.0.0.5"}},
 		{name: "request with empty pool name",
-			run:  badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"blue", ""}}}}),
+			run:  badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"blue", ""}}}}),
 			want: []string{"interfaces[0].pools[1]"}},
 		{name: "request for an unknown pool", is: []error{ipam.ErrNotFound},
 			run:  badAllocate(badEth0("u1", []string{"blue", "nope"})),
@@ -430,7 +430,7 @@ func TestBadInput(t *testing.T) {
 			run:  badAllocate(badEth0("u1", []string{"blue", "green", "blue"})),
 			want: []string{"interfaces[0].pools[2]", `"blue"`}},
 		{name: "request with a zero requested IP",
-			run:  badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.Interface{{Name: "eth0", Pools: blue, IPs: []netip.Addr{{}}}}}),
+			run:  badAllocate(ipam.Request{UID: "u1", Interfaces: []ipam.NIC{{Name: "eth0", Pools: blue, IPs: []netip.Addr{{}}}}}),
 			want: []string{"interfaces[0].ips[0]"}},
 		{name: "requested IP outside every pool", is: []error{ipam.ErrNotInRange},
 			run:  badAllocate(badEth0("u1", []string{"blue", "green"}, "10.9.9.9")),
@@ -458,7 +458,7 @@ func TestBadInput(t *testing.T) {
 				badEth0("u1", blue), badEth0("u2", blue), badEth0("u3", blue), badEth0("u4", blue), badEth0("u5", blue)),
 			want: []string{"eth0", `pool "blue"`, "10.0.0.1-10.0.0.6"}},
 		{name: "three request problems at once", n: 3,
-			run: badAllocate(ipam.Request{Interfaces: []ipam.Interface{{Pools: blue},
+			run: badAllocate(ipam.Request{Interfaces: []ipam.NIC{{Pools: blue},
 				{Name: "net1", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}}}}),
 			want: []string{"uid", "interfaces[0].name", "interfaces[1].ips"}},
 		{name: "requested gateway and outside IP at once", n: 2, is: []error{ipam.ErrUnavailable, ipam.ErrNotInRange},

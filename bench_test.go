@@ -90,7 +90,7 @@ func newBenchEnv(b *testing.B, bits int, fill float64) *benchEnv {
 			v := first + uint32(off)
 			ip := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
 			if _, err := env.alloc.Allocate(ctx, ipam.Request{ContainerID: "fill-" + p.Name + "-" + ip.String(),
-				Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{p.Name}, IPs: []netip.Addr{ip}}}}); err != nil {
+				Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{p.Name}, IPs: []netip.Addr{ip}}}}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -98,7 +98,7 @@ func newBenchEnv(b *testing.B, bits int, fill float64) *benchEnv {
 	for k := range window {
 		pool := env.pools[k%len(env.pools)]
 		env.reqs = append(env.reqs, ipam.Request{ContainerID: "bench-" + strconv.Itoa(k),
-			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{pool}}}})
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{pool}}}})
 	}
 	env.held = make([]ipam.Result, window)
 	// Collect the filling's garbage now, so that the timed allocations reuse
@@ -174,7 +174,7 @@ func BenchmarkAllocateIPv6(b *testing.B) {
 	ctx := context.Background()
 	reqs := make([]ipam.Request, n)
 	for i := range reqs {
-		reqs[i] = ipam.Request{ContainerID: "c" + strconv.Itoa(i), Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"v6"}}}}
+		reqs[i] = ipam.Request{ContainerID: "c" + strconv.Itoa(i), Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"v6"}}}}
 	}
 	var heap float64
 	b.ReportAllocs()
@@ -240,7 +240,7 @@ func BenchmarkSelect(b *testing.B) {
 			benchSelect(b, pools, func(k int) ipam.Request {
 				return ipam.Request{Namespace: "default", Name: "pod-" + strconv.Itoa(k), UID: "uid-" + strconv.Itoa(k), Node: "node1",
 					Annotations: map[string]string{ipam.AnnotationIPPool: anno},
-					Interfaces:  []ipam.Interface{{Name: "eth0"}}}
+					Interfaces:  []ipam.NIC{{Name: "eth0"}}}
 			})
 		})
 	}
@@ -256,7 +256,7 @@ func BenchmarkSelect(b *testing.B) {
 				Labels:          map[string]string{"zone": "z3", "app": "web"},
 				NodeLabels:      map[string]string{"zone": "z3"},
 				NamespaceLabels: map[string]string{"zone": "z3"},
-				Interfaces:      []ipam.Interface{{Name: "eth0"}}}
+				Interfaces:      []ipam.NIC{{Name: "eth0"}}}
 		})
 	})
 }

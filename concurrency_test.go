@@ -140,13 +140,13 @@ func (w *concWorker) run(ctx context.Context, n int) {
 		}
 		switch {
 		case r < 45:
-			var ifaces []ipam.Interface
+			var ifaces []ipam.NIC
 			for _, name := range modelIfaces[:1+w.rng.IntN(2)] {
-				ifaces = append(ifaces, ipam.Interface{Name: name, Pools: concPoolSets[w.rng.IntN(len(concPoolSets))]})
+				ifaces = append(ifaces, ipam.NIC{Name: name, Pools: concPoolSets[w.rng.IntN(len(concPoolSets))]})
 			}
 			w.allocate(ctx, op, o, ifaces, false)
 		case r < 60:
-			var ifaces []ipam.Interface
+			var ifaces []ipam.NIC
 			for _, name := range modelIfaces {
 				var pools []string
 				for s := range w.held[o] {
@@ -157,7 +157,7 @@ func (w *concWorker) run(ctx context.Context, n int) {
 				if pools != nil {
 					slices.Sort(pools)
 					w.rng.Shuffle(len(pools), func(i, j int) { pools[i], pools[j] = pools[j], pools[i] })
-					ifaces = append(ifaces, ipam.Interface{Name: name, Pools: pools})
+					ifaces = append(ifaces, ipam.NIC{Name: name, Pools: pools})
 				}
 			}
 			w.allocate(ctx, op, o, ifaces, true)
@@ -173,7 +173,7 @@ func (w *concWorker) run(ctx context.Context, n int) {
 	}
 }
 
-func (w *concWorker) allocate(ctx context.Context, op, o int, ifaces []ipam.Interface, repeat bool) {
+func (w *concWorker) allocate(ctx context.Context, op, o int, ifaces []ipam.NIC, repeat bool) {
 	owner := w.owners[o]
 	res, err := w.alloc.Allocate(ctx, ipam.Request{Namespace: owner.Namespace, Name: owner.Name, UID: owner.UID, Interfaces: ifaces})
 	if err != nil {
@@ -445,7 +445,7 @@ func TestConcurrentStaleIndex(t *testing.T) {
 	a, b, c := concAllocator(t, cat, stA), concAllocator(t, cat, stB), concAllocator(t, cat, stC)
 
 	req := func(uid string) ipam.Request {
-		return ipam.Request{UID: uid, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"tight"}}}}
+		return ipam.Request{UID: uid, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"tight"}}}}
 	}
 	alloc := func(al *ipam.Allocator, uid string) (netip.Addr, error) {
 		res, err := al.Allocate(ctx, req(uid))
@@ -559,7 +559,7 @@ func TestConcurrentNearlyFullPool(t *testing.T) {
 			// Fill from both Allocators, so that each one's index is stale.
 			f := fill{fmt.Sprintf("fill-%d", nextFill), rng.IntN(2)}
 			nextFill++
-			_, err := allocs[f.alloc].Allocate(ctx, ipam.Request{UID: f.uid, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"near"}}}})
+			_, err := allocs[f.alloc].Allocate(ctx, ipam.Request{UID: f.uid, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"near"}}}})
 			require.NoError(t, err, "round %d: filling with %d free", round, free)
 			fills = append(fills, f)
 			free--
@@ -586,7 +586,7 @@ func TestConcurrentNearlyFullPool(t *testing.T) {
 				<-startRace
 				for j := range 4 {
 					uid := fmt.Sprintf("race-%d-%d-%d", round, g, j)
-					res, err := allocs[g%2].Allocate(ctx, ipam.Request{UID: uid, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"near"}}}})
+					res, err := allocs[g%2].Allocate(ctx, ipam.Request{UID: uid, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"near"}}}})
 					o := outcome{uid: uid, alloc: g % 2, err: err}
 					if err == nil {
 						o.ip = res.IPs[0].Address.Addr()
@@ -669,7 +669,7 @@ func TestConcurrentRequestedIP(t *testing.T) {
 			wg.Go(func() {
 				<-startRace
 				_, errs[k] = allocs[k].Allocate(ctx, ipam.Request{UID: fmt.Sprintf("%d-%d", k, i),
-					Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"req"}, IPs: []netip.Addr{ip}}}})
+					Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"req"}, IPs: []netip.Addr{ip}}}})
 			})
 		}
 		close(startRace)
@@ -737,7 +737,7 @@ const threeAddrPool = `{"name":"three","ranges":[{"subnet":"10.5.0.0/29","rangeE
 func threeAddr(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 5, 0, byte(i)}) }
 
 func concAllocOne(ctx context.Context, a *ipam.Allocator, uid string) (ipam.IPConfig, error) {
-	res, err := a.Allocate(ctx, ipam.Request{UID: uid, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"three"}}}})
+	res, err := a.Allocate(ctx, ipam.Request{UID: uid, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"three"}}}})
 	if err != nil {
 		return ipam.IPConfig{}, err
 	}

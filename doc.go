@@ -18,7 +18,7 @@
 //	alloc, err := ipam.NewAllocator(ipam.Options{Pools: cat})
 //	res, err := alloc.Allocate(ctx, ipam.Request{
 //		Namespace: "default", Name: "web-0", UID: uid,
-//		Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"blue"}}},
+//		Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"blue"}}},
 //	})
 //	...
 //	err = alloc.Release(ctx, store.Owner{UID: uid})
@@ -61,6 +61,33 @@
 //     returns the same addresses.
 //   - Release what you allocate (CNI DEL), or run garbage collection: the library
 //     never guesses that an owner is gone.
+//
+// # Reading one Allocate
+//
+// The files, in the order one Allocate walks through them:
+//
+//  1. ipam.go: Request, Result, Options; NewAllocator, which settles once
+//     how the Allocator uses its Store from the capabilities the Store offers
+//     (storeplan.go).
+//  2. allocate.go: Allocate validates the request and makes one task per
+//     interface and pool named, or per interface and family selected.
+//  3. selector.go, filter.go, sort.go: for an interface that names no pools,
+//     the candidate chain (Select), the filters (Filter) and the priority
+//     order (Sort); pool.go and labels.go hold the pools and selectors they
+//     read, catalog.go the PoolSource they come from.
+//  4. holdings.go: what the owner holds already (Store.Owned), reused when it
+//     serves a task.
+//  5. allocate.go's claim: for each task, pick an address, create its claim,
+//     check that it stands; settle (holdings.go) a race with another call for
+//     the same owner.
+//  6. poolindex.go: each pool's hint, which picks the address (reserve), and
+//     learns from the Store (fill, a List) when it is stale or full;
+//     layout.go numbers a pool's addresses and keeps the used ones in a
+//     64-ary tree; addr.go is the 128-bit arithmetic under both.
+//  7. release.go: Release, Lookup and what a failed call gives back;
+//     follow.go keeps the hints current from a Store's watch.
+//
+// errors.go lists the errors each step returns.
 //
 // # Determinism
 //

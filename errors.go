@@ -18,11 +18,15 @@ var (
 	// ErrInvalid is returned (inside a *FieldError) by parsing and validation of
 	// pools, ranges, label selectors and requests.
 	ErrInvalid = errors.New("invalid")
-	// ErrNotFound is returned by Allocate when a request names a pool its
-	// PoolSource does not have, and by ReleaseIP when nothing is claimed.
-	ErrNotFound = errors.New("not found")
+	// ErrNotFound is store.ErrNotFound, one value for "no such thing": it is
+	// returned by Allocate when a request names a pool its PoolSource does not
+	// have, by ReleaseIP and ReleaseClaim when nothing is claimed, and by every
+	// Store's Get, Update and Delete.
+	ErrNotFound = store.ErrNotFound
 	// ErrExhausted is returned (inside an *AllocationError) by Allocate when a
-	// pool has no free address left.
+	// pool has no free address left: the pool an interface names, or, for
+	// pools the candidate chain selected, when every candidate failed and one
+	// was full (the error then also wraps ErrNoCandidates).
 	ErrExhausted = errors.New("no free address")
 	// ErrUnavailable is returned (inside an *AllocationError) by Allocate when a
 	// requested address is claimed by someone else, excluded, reserved or the
@@ -36,7 +40,8 @@ var (
 	ErrOwnerConflict = errors.New("owner already holds another address")
 	// ErrNoCandidates is returned (inside an *AllocationError) by Allocate when
 	// no rule of the candidate chain names a pool for an interface, or every
-	// candidate was filtered out or exhausted.
+	// candidate was filtered out or exhausted (with ErrExhausted as well when
+	// one was).
 	ErrNoCandidates = errors.New("no pool can serve")
 	// ErrNotSupported is returned by Select for the SpiderSubnet annotations
 	// when its PoolSource serves no auto-pools (is not an AutoPoolSource:
@@ -61,6 +66,10 @@ var (
 	// hands out no new address while the overlap lasts.
 	ErrOverlap = errors.New("pool overlaps another")
 )
+
+// errCandidatesFull is the error of a selected interface whose candidates
+// all failed, one of them full: both ErrNoCandidates and ErrExhausted.
+var errCandidatesFull = fmt.Errorf("%w: %w", ErrNoCandidates, ErrExhausted)
 
 // OverlapError says that two pools can hand out the same addresses. It
 // unwraps to ErrOverlap.
@@ -140,8 +149,9 @@ func (fe *fieldErrors) err() error { return errors.Join(fe.errs...) }
 type AllocationError struct {
 	// Interface is the interface being served, such as "eth0".
 	Interface string
-	// Family is the IP family being served, 4 or 6, when the pools were
-	// selected per family; 0 otherwise.
+	// Family is the IP family being served, 4 or 6: of the pools selected
+	// per family, or of the pool the interface names; 0 when no pool was
+	// involved.
 	Family int
 	// Pool is the pool that failed; empty when no pool was involved.
 	Pool string
@@ -155,6 +165,8 @@ type AllocationError struct {
 	// Trace is what happened to every pool the request considered, up to the
 	// failure.
 	Trace []TraceEntry
+
+	familyImplied bool // Family is the named pool's: Error leaves it out
 }
 
 // Error returns, for example,
@@ -163,7 +175,7 @@ func (e *AllocationError) Error() string {
 	var b strings.Builder
 	if e.Interface != "" {
 		b.WriteString(e.Interface)
-		if e.Family != 0 {
+		if e.Family != 0 && !e.familyImplied {
 			fmt.Fprintf(&b, " IPv%d", e.Family)
 		}
 		b.WriteString(": ")

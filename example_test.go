@@ -33,7 +33,7 @@ func examplePod(name, iface string, pools ...string) ipam.Request {
 		Namespace:  "default",
 		Name:       name,
 		UID:        "uid-" + name,
-		Interfaces: []ipam.Interface{{Name: iface, Pools: pools}},
+		Interfaces: []ipam.NIC{{Name: iface, Pools: pools}},
 	}
 }
 
@@ -245,7 +245,7 @@ func ExampleAllocator_Allocate_selection() {
 		return ipam.Request{
 			Namespace: "default", Name: name, UID: "uid-" + name, Node: "n2",
 			Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["blue","green","red"]}`},
-			Interfaces:  []ipam.Interface{{Name: "eth0"}},
+			Interfaces:  []ipam.NIC{{Name: "eth0"}},
 		}
 	}
 	for _, name := range []string{"web-0", "web-1"} {
@@ -281,7 +281,7 @@ func ExampleAllocationError_trace() {
 		return ipam.Request{
 			Namespace: "default", Name: name, UID: "uid-" + name, Node: "n2",
 			Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["blue","green"]}`},
-			Interfaces:  []ipam.Interface{{Name: "eth0"}},
+			Interfaces:  []ipam.NIC{{Name: "eth0"}},
 		}
 	}
 	if _, err := a.Allocate(ctx, req("web-0")); err != nil {

@@ -24,7 +24,7 @@ type Reason string
 // ReasonNotFound is for a pool name the PoolSource does not know (a nil pool
 // for Check); the next eight are Check's rules, in its order; ReasonExcluded,
 // ReasonReserved and ReasonExhausted are found when allocating, not by Check
-// (see FullyExcluded and FullyReserved).
+// (see fullyExcluded and fullyReserved).
 const (
 	ReasonNotFound          Reason = "not-found"
 	ReasonTerminating       Reason = "terminating"
@@ -85,7 +85,7 @@ type Subject struct {
 //     written bare in the same way.
 //   - Any other interface is looked up in the pod annotation
 //     k8s.v1.cni.cncf.io/networks, in either form Multus accepts (see
-//     ParseNetworksAnnotation): entry i serves the interface it names, or, when
+//     parseNetworksAnnotation): entry i serves the interface it names, or, when
 //     it names none, Multus's default name "net<i+1>"; an interface named
 //     "<i+1>" (Spiderpool's unnamed multi-interface mode) is served by entry i
 //     too. The first match wins. An entry without a namespace is in the pod's
@@ -96,7 +96,7 @@ type Subject struct {
 // for ifc is an error (a *MultusError), even if no pool has a multusName; a
 // malformed NetConf.ClusterNetwork, when consulted, is a *FieldError. Both
 // unwrap to ErrInvalid.
-func SubjectOf(req *Request, ifc Interface) (Subject, error) {
+func SubjectOf(req *Request, ifc NIC) (Subject, error) {
 	if req == nil {
 		req = &Request{}
 	}
@@ -164,7 +164,7 @@ func extraNetwork(req *Request, iface string) (string, error) {
 	if !ok {
 		return "", nil
 	}
-	sels, err := ParseNetworksAnnotation(v)
+	sels, err := parseNetworksAnnotation(v)
 	if err != nil {
 		return "", err
 	}
@@ -209,7 +209,7 @@ func (n NetworkSelection) network(ns string) string {
 	return ns + "/" + n.Name
 }
 
-// ParseNetworksAnnotation parses the value of the Multus pod annotation
+// parseNetworksAnnotation parses the value of the Multus pod annotation
 // k8s.v1.cni.cncf.io/networks. As Multus does, it takes a value that contains
 // '[', '{' or '"' for JSON, a list of objects with "name", "namespace" and
 // "interface" (other fields, such as "ips" or "mac", are ignored); and any
@@ -221,7 +221,7 @@ func (n NetworkSelection) network(ns string) string {
 // namespace may contain '/'. A blank value, or an empty JSON list, names no
 // network. Missing namespaces and interfaces are left empty. An error is a
 // *MultusError that unwraps to ErrInvalid.
-func ParseNetworksAnnotation(s string) ([]NetworkSelection, error) {
+func parseNetworksAnnotation(s string) ([]NetworkSelection, error) {
 	sels, err := parseNetworks(AnnotationMultusNetworks, s)
 	if err != nil {
 		return nil, err
@@ -450,20 +450,20 @@ func (s *Subject) Filter(pools []*Pool, family int) (kept []*Pool, rejected []Re
 	return kept, rejected
 }
 
-// FullyExcluded reports whether p has no allocatable address at all: its
+// fullyExcluded reports whether p has no allocatable address at all: its
 // addresses (ips, or the ranges of a range set) minus its excludeIPs and
 // gateways leave nothing. A pool that lists no addresses counts. Such a pool
 // can serve no one; as in Spiderpool, it is found when allocating (see
 // ReasonExcluded). The pool must be valid. The result depends only on the
 // pool's definition, so callers may cache it per *Pool.
-func FullyExcluded(p *Pool) bool {
+func fullyExcluded(p *Pool) bool {
 	return len(p.usable(nil).Ranges()) == 0
 }
 
-// FullyReserved reports whether p has allocatable addresses (see
-// FullyExcluded) and reserved holds every one of them. A nil reserved set
+// fullyReserved reports whether p has allocatable addresses (see
+// fullyExcluded) and reserved holds every one of them. A nil reserved set
 // reserves nothing. The pool must be valid.
-func FullyReserved(p *Pool, reserved *netipx.IPSet) bool {
+func fullyReserved(p *Pool, reserved *netipx.IPSet) bool {
 	if reserved == nil {
 		return false
 	}

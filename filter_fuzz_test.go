@@ -31,7 +31,7 @@ func FuzzParseNetworksAnnotation(f *testing.F) {
 			require.Equal(t, s, me.Value)
 			require.NotEmpty(t, me.Reason)
 			require.Nil(t, sels)
-			_, err := ipam.SubjectOf(req, ipam.Interface{Name: "net1"})
+			_, err := ipam.SubjectOf(req, ipam.NIC{Name: "net1"})
 			require.ErrorIs(t, err, ipam.ErrInvalid, "SubjectOf must fail as the parser does")
 			return
 		}
@@ -61,7 +61,7 @@ func FuzzParseNetworksAnnotation(f *testing.F) {
 
 		// Interface "<i+1>" is served by entry i at the latest.
 		for i := range sels {
-			sub, err := ipam.SubjectOf(req, ipam.Interface{Name: strconv.Itoa(i + 1)})
+			sub, err := ipam.SubjectOf(req, ipam.NIC{Name: strconv.Itoa(i + 1)})
 			require.NoError(t, err)
 			require.NotEmpty(t, sub.Network)
 			require.Equal(t, 1, strings.Count(sub.Network, "/"), "network %q", sub.Network)

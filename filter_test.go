@@ -461,48 +461,48 @@ func TestSubjectOf(t *testing.T) {
 	tests := []struct {
 		name  string
 		req   *ipam.Request
-		iface ipam.Interface
+		iface ipam.NIC
 		want  string // Subject.Network
 	}{
-		{"interface network given", pod(networks("a/b/c")), ipam.Interface{Name: "net1", Network: "x/y"}, "x/y"},
+		{"interface network given", pod(networks("a/b/c")), ipam.NIC{Name: "net1", Network: "x/y"}, "x/y"},
 		{"first interface, default-network annotation", pod(map[string]string{ipam.AnnotationMultusDefault: "kube-system/macvlan"}),
-			ipam.Interface{Name: "eth0"}, "kube-system/macvlan"},
+			ipam.NIC{Name: "eth0"}, "kube-system/macvlan"},
 		{"first interface, bare default-network kept bare", pod(map[string]string{ipam.AnnotationMultusDefault: "macvlan"}),
-			ipam.Interface{Name: "eth0"}, "macvlan"},
+			ipam.NIC{Name: "eth0"}, "macvlan"},
 		{"first interface, default-network with spaces", pod(map[string]string{ipam.AnnotationMultusDefault: " kube-system / calico "}),
-			ipam.Interface{Name: "eth0"}, "kube-system/calico"},
+			ipam.NIC{Name: "eth0"}, "kube-system/calico"},
 		{"first interface, default-network in JSON", pod(map[string]string{ipam.AnnotationMultusDefault: `[{"name":"calico","namespace":"kube-system"}]`}),
-			ipam.Interface{Name: "eth0"}, "kube-system/calico"},
+			ipam.NIC{Name: "eth0"}, "kube-system/calico"},
 		{"first interface named 0", pod(map[string]string{ipam.AnnotationMultusDefault: "kube-system/macvlan"}),
-			ipam.Interface{Name: "0"}, "kube-system/macvlan"},
+			ipam.NIC{Name: "0"}, "kube-system/macvlan"},
 		{"first interface, cluster network", withClusterNetwork(pod(nil), "kube-system/calico"),
-			ipam.Interface{Name: "eth0"}, "kube-system/calico"},
+			ipam.NIC{Name: "eth0"}, "kube-system/calico"},
 		{"first interface, the annotation wins over the cluster network",
 			withClusterNetwork(pod(map[string]string{ipam.AnnotationMultusDefault: "kube-system/macvlan"}), "kube-system/calico"),
-			ipam.Interface{Name: "eth0"}, "kube-system/macvlan"},
+			ipam.NIC{Name: "eth0"}, "kube-system/macvlan"},
 		{"first interface, blank annotation falls back to the cluster network",
 			withClusterNetwork(pod(map[string]string{ipam.AnnotationMultusDefault: " "}), "kube-system/calico"),
-			ipam.Interface{Name: "eth0"}, "kube-system/calico"},
-		{"first interface, nothing configured", pod(nil), ipam.Interface{Name: "eth0"}, ""},
-		{"first interface ignores the networks annotation", pod(networks("kube-system/macvlan@eth0")), ipam.Interface{Name: "eth0"}, ""},
+			ipam.NIC{Name: "eth0"}, "kube-system/calico"},
+		{"first interface, nothing configured", pod(nil), ipam.NIC{Name: "eth0"}, ""},
+		{"first interface ignores the networks annotation", pod(networks("kube-system/macvlan@eth0")), ipam.NIC{Name: "eth0"}, ""},
 		{"first interface ignores a malformed networks annotation",
 			pod(map[string]string{ipam.AnnotationMultusNetworks: "a/b/c", ipam.AnnotationMultusDefault: "kube-system/calico"}),
-			ipam.Interface{Name: "eth0"}, "kube-system/calico"},
-		{"text: first entry is net1", pod(networks("kube-system/macvlan,ipvlan")), ipam.Interface{Name: "net1"}, "kube-system/macvlan"},
-		{"text: second entry is net2, in the pod namespace", pod(networks("kube-system/macvlan,ipvlan")), ipam.Interface{Name: "net2"}, "ns1/ipvlan"},
-		{"text: explicit interface", pod(networks("kube-system/macvlan@eth1, ipvlan")), ipam.Interface{Name: "eth1"}, "kube-system/macvlan"},
-		{"text: default name counts positions with explicit names", pod(networks("kube-system/macvlan@eth1, ipvlan")), ipam.Interface{Name: "net2"}, "ns1/ipvlan"},
-		{"text: a position whose entry is named otherwise", pod(networks("kube-system/macvlan@eth1, ipvlan")), ipam.Interface{Name: "net1"}, ""},
-		{"text: interface named by index", pod(networks("kube-system/macvlan@eth1, ipvlan")), ipam.Interface{Name: "2"}, "ns1/ipvlan"},
-		{"text: index names match entries named otherwise", pod(networks("kube-system/macvlan@eth1, ipvlan")), ipam.Interface{Name: "1"}, "kube-system/macvlan"},
-		{"text: the first match wins", pod(networks("a/one@net2,b/two")), ipam.Interface{Name: "net2"}, "a/one"},
-		{"text: beyond the last entry", pod(networks("kube-system/macvlan")), ipam.Interface{Name: "net2"}, ""},
+			ipam.NIC{Name: "eth0"}, "kube-system/calico"},
+		{"text: first entry is net1", pod(networks("kube-system/macvlan,ipvlan")), ipam.NIC{Name: "net1"}, "kube-system/macvlan"},
+		{"text: second entry is net2, in the pod namespace", pod(networks("kube-system/macvlan,ipvlan")), ipam.NIC{Name: "net2"}, "ns1/ipvlan"},
+		{"text: explicit interface", pod(networks("kube-system/macvlan@eth1, ipvlan")), ipam.NIC{Name: "eth1"}, "kube-system/macvlan"},
+		{"text: default name counts positions with explicit names", pod(networks("kube-system/macvlan@eth1, ipvlan")), ipam.NIC{Name: "net2"}, "ns1/ipvlan"},
+		{"text: a position whose entry is named otherwise", pod(networks("kube-system/macvlan@eth1, ipvlan")), ipam.NIC{Name: "net1"}, ""},
+		{"text: interface named by index", pod(networks("kube-system/macvlan@eth1, ipvlan")), ipam.NIC{Name: "2"}, "ns1/ipvlan"},
+		{"text: index names match entries named otherwise", pod(networks("kube-system/macvlan@eth1, ipvlan")), ipam.NIC{Name: "1"}, "kube-system/macvlan"},
+		{"text: the first match wins", pod(networks("a/one@net2,b/two")), ipam.NIC{Name: "net2"}, "a/one"},
+		{"text: beyond the last entry", pod(networks("kube-system/macvlan")), ipam.NIC{Name: "net2"}, ""},
 		{"json: by interface", pod(networks(`[{"name":"macvlan","namespace":"kube-system","interface":"eth1"},{"name":"ipvlan","interface":"eth2"}]`)),
-			ipam.Interface{Name: "eth2"}, "ns1/ipvlan"},
+			ipam.NIC{Name: "eth2"}, "ns1/ipvlan"},
 		{"json: by position", pod(networks(`[{"name":"macvlan","namespace":"kube-system","ips":["10.0.0.5/24"]},{"name":"ipvlan"}]`)),
-			ipam.Interface{Name: "net1"}, "kube-system/macvlan"},
-		{"json: empty list", pod(networks(`[]`)), ipam.Interface{Name: "net1"}, ""},
-		{"no networks annotation", pod(nil), ipam.Interface{Name: "net1"}, ""},
+			ipam.NIC{Name: "net1"}, "kube-system/macvlan"},
+		{"json: empty list", pod(networks(`[]`)), ipam.NIC{Name: "net1"}, ""},
+		{"no networks annotation", pod(nil), ipam.NIC{Name: "net1"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -531,7 +531,7 @@ func withClusterNetwork(req *ipam.Request, network string) *ipam.Request {
 }
 
 func TestSubjectOfNilRequest(t *testing.T) {
-	got, err := ipam.SubjectOf(nil, ipam.Interface{Name: "net1"})
+	got, err := ipam.SubjectOf(nil, ipam.NIC{Name: "net1"})
 	require.NoError(t, err)
 	require.Equal(t, ipam.Subject{Interface: "net1"}, got)
 }
@@ -560,7 +560,7 @@ func TestSubjectOfErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			req := &ipam.Request{Namespace: "ns1", Name: "web-0", Annotations: tt.annotations}
 			req.NetConf.ClusterNetwork = tt.cluster
-			_, err := ipam.SubjectOf(req, ipam.Interface{Name: tt.iface})
+			_, err := ipam.SubjectOf(req, ipam.NIC{Name: tt.iface})
 			require.Error(t, err)
 			require.ErrorIs(t, err, ipam.ErrInvalid)
 			require.Contains(t, err.Error(), tt.reason)

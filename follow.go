@@ -26,8 +26,7 @@ func (a *Allocator) Follow(ctx context.Context) error {
 	if ctx == nil {
 		return errNilContext
 	}
-	w, ok := a.store.(store.Watcher)
-	if !ok {
+	if a.plan.watch == nil {
 		return fmt.Errorf("ipam: follow: the Store cannot watch: %w", ErrNotSupported)
 	}
 	f := &follower{a: a, pending: map[string]map[netip.Addr]struct{}{}}
@@ -35,7 +34,7 @@ func (a *Allocator) Follow(ctx context.Context) error {
 		return fmt.Errorf("ipam: follow: already following: %w", ErrConflict)
 	}
 	defer a.follow.CompareAndSwap(f, nil)
-	return w.Watch(ctx, f)
+	return a.plan.watch(ctx, f)
 }
 
 // follower applies a watch to an Allocator's indexes.

@@ -309,9 +309,9 @@ func (m *fuzzModel) request(owner int, op []byte, requested bool) ipam.Request {
 	req := ipam.Request{Namespace: o.Namespace, Name: o.Name, UID: o.UID, ContainerID: o.ContainerID}
 	names := []string{"eth0", "eth1"}
 	first := int(op[2]>>4) & 1
-	req.Interfaces = append(req.Interfaces, ipam.Interface{Name: names[first], Pools: fuzzPoolSets[op[2]&3]})
+	req.Interfaces = append(req.Interfaces, ipam.NIC{Name: names[first], Pools: fuzzPoolSets[op[2]&3]})
 	if op[2]&4 != 0 {
-		req.Interfaces = append(req.Interfaces, ipam.Interface{Name: names[1-first], Pools: fuzzPoolSets[(op[2]>>5)&3]})
+		req.Interfaces = append(req.Interfaces, ipam.NIC{Name: names[1-first], Pools: fuzzPoolSets[(op[2]>>5)&3]})
 	}
 	if requested {
 		n := len(fuzzCandidates)
@@ -403,7 +403,7 @@ func (m *fuzzModel) allocate(owner int, req ipam.Request) {
 	var added []fuzzHeld
 	for k, c := range res.IPs {
 		ip := c.Address.Addr()
-		ifc := req.Interfaces[slices.IndexFunc(req.Interfaces, func(i ipam.Interface) bool { return i.Name == c.Interface })]
+		ifc := req.Interfaces[slices.IndexFunc(req.Interfaces, func(i ipam.NIC) bool { return i.Name == c.Interface })]
 		if !slices.Contains(fuzzAllocatable[c.Pool], ip) {
 			m.fatalf("%s: result %d: %s is not allocatable in %q", desc, k, ip, c.Pool)
 		}
@@ -427,7 +427,7 @@ func (m *fuzzModel) allocate(owner int, req ipam.Request) {
 			// call; requested addresses are claimed before any dynamic one.
 			requestedNow := map[netip.Addr]bool{}
 			for _, r := range res.IPs {
-				ri := req.Interfaces[slices.IndexFunc(req.Interfaces, func(i ipam.Interface) bool { return i.Name == r.Interface })]
+				ri := req.Interfaces[slices.IndexFunc(req.Interfaces, func(i ipam.NIC) bool { return i.Name == r.Interface })]
 				if !r.Reused && slices.Contains(ri.IPs, r.Address.Addr()) {
 					requestedNow[r.Address.Addr()] = true
 				}

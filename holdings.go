@@ -127,7 +127,7 @@ func (hs *holdings) held(t *task, ordered bool) int {
 // another call that made it for the same owner at the same moment then keeps
 // it instead of giving it up (see settle).
 func (a *Allocator) reuse(ctx context.Context, t *task, hs *holdings) error {
-	err := a.reuseHeld(ctx, t, hs, a.excl == nil && !a.ordered)
+	err := a.reuseHeld(ctx, t, hs, a.plan.createExclusive == nil && !a.plan.ordered)
 	if errors.Is(err, errTaken) {
 		// Given up meanwhile by the call that made it: serve anew.
 		t.checked = true
@@ -141,7 +141,7 @@ func (a *Allocator) reuse(ctx context.Context, t *task, hs *holdings) error {
 // errTaken.
 func (a *Allocator) reuseHeld(ctx context.Context, t *task, hs *holdings, touch bool) error {
 	t.checked = true
-	k := hs.held(t, a.ordered)
+	k := hs.held(t, a.plan.ordered)
 	if k < 0 {
 		return nil
 	}
@@ -285,12 +285,7 @@ var errTaken = errors.New("the claim changed meanwhile")
 func (a *Allocator) settle(ctx context.Context, t *task, idx *poolIndex, c store.Claim, hs *holdings) (served bool, err error) {
 	q := hs.owner.Query()
 	q.Interface = ""
-	var cs []store.Claim
-	if at, ok := a.store.(store.OwnedAtLeast); ok {
-		cs, err = at.OwnedAtLeast(ctx, q, c.Revision)
-	} else {
-		cs, err = a.owned(ctx, q)
-	}
+	cs, err := a.plan.ownedSince(ctx, q, c.Revision)
 	if err != nil {
 		if derr := a.deleteAt(context.WithoutCancel(ctx), idx, c.IP, c.Revision, time.Time{}); derr != nil {
 			a.log.Warn("ipam: cannot release a claim after a failed check", "pool", c.Pool, "ip", c.IP, "err", derr)
@@ -310,7 +305,7 @@ func (a *Allocator) settle(ctx context.Context, t *task, idx *poolIndex, c store
 			first = x
 		}
 	}
-	if !other || a.ordered && first.Key() == c.Key() {
+	if !other || a.plan.ordered && first.Key() == c.Key() {
 		t.setServed(idx, c)
 		return true, nil
 	}
@@ -318,7 +313,7 @@ func (a *Allocator) settle(ctx context.Context, t *task, idx *poolIndex, c store
 	switch err := a.store.Delete(context.WithoutCancel(ctx), c.Pool, c.IP, c.Revision); {
 	case err == nil, errors.Is(err, store.ErrNotFound):
 		idx.forget(c.IP)
-	case errors.Is(err, store.ErrConflict) && !a.ordered:
+	case errors.Is(err, store.ErrConflict) && !a.plan.ordered:
 		// A racing call took ours: keep it.
 		cur, gerr := a.store.Get(ctx, c.Pool, c.IP)
 		if gerr == nil && hs.owner.Query().Matches(cur) && t.serves(cur) {
@@ -331,7 +326,7 @@ func (a *Allocator) settle(ctx context.Context, t *task, idx *poolIndex, c store
 	}
 	hs.claims = slices.DeleteFunc(cs, func(x store.Claim) bool { return x.Key() == c.Key() })
 	hs.known = true
-	if a.ordered {
+	if a.plan.ordered {
 		// The first claim serves; its maker keeps it.
 		if err := a.serveWith(ctx, t, hs, first, false); err != nil {
 			return false, err

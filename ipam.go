@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -113,7 +114,7 @@ type Request struct {
 	App AppRef
 
 	// Interfaces lists the interfaces to serve.
-	Interfaces []Interface
+	Interfaces []NIC
 }
 
 // Owner returns the owner that req's claims record (without an interface).
@@ -139,8 +140,16 @@ type NetConf struct {
 	ClusterNetwork string `json:"-"`
 }
 
-// Interface asks for the addresses of one network interface.
-type Interface struct {
+// Interface is NIC's former name, kept so that code written against it
+// compiles while call sites move.
+//
+// Deprecated: use NIC.
+type Interface = NIC
+
+// NIC asks for the addresses of one network interface of the pod (a NIC, such
+// as eth0 or a Multus net1): Request.Interfaces lists them. The zero NIC has
+// no name and is not valid. A NIC is a plain value.
+type NIC struct {
 	// Name is the interface name in the pod, such as "eth0". Required.
 	Name string
 	// Pools names the pools to allocate from: one address from each, in order,
@@ -252,21 +261,11 @@ type Allocator struct {
 	source  PoolSource
 	static  bool // source is a *Catalog, whose pools never change
 	store   store.Store
-	cursors store.Cursors          // nil if the Store keeps none
-	excl    store.ExclusiveCreator // nil if the Store cannot check owners as it creates
-	vers    store.PoolVersioner    // nil if the Store has no pool versions
-	ordered bool                   // the Store's revisions follow its writes (store.OrderedRevisions)
-	addrs   store.AddressReader    // nil if the Store cannot find an address's claims in every pool
-	// createFirst says an Allocate for a new owner may create before it
-	// reads what the owner holds: the Store checks it as it creates
-	// (ExclusiveCreator), or orders its revisions and answers an Owned at
-	// least as new as a create cheaply (OwnedAtLeast), so that settle finds
-	// a claim the owner held before as the first one.
-	createFirst bool
-	spread      uint64 // hash of Options.Spread; 0 without
-	log         *slog.Logger
-	quarant     time.Duration
-	obs         Observer // nil: none
+	plan    storePlan // what the Store offers, settled once
+	spread  uint64    // hash of Options.Spread; 0 without
+	log     *slog.Logger
+	quarant time.Duration
+	obs     Observer // nil: none
 
 	pools  readmap.Map[*poolIndex]
 	follow atomic.Pointer[follower] // set while Follow runs
@@ -288,15 +287,6 @@ func NewAllocator(opts Options) (*Allocator, error) {
 	if a.store == nil {
 		a.store = memstore.New()
 	}
-	a.cursors, _ = a.store.(store.Cursors)
-	a.excl, _ = a.store.(store.ExclusiveCreator)
-	a.vers, _ = a.store.(store.PoolVersioner)
-	a.addrs, _ = a.store.(store.AddressReader)
-	if o, ok := a.store.(store.OrderedRevisions); ok {
-		a.ordered = o.RevisionsOrdered()
-	}
-	_, atLeast := a.store.(store.OwnedAtLeast)
-	a.createFirst = a.excl != nil || a.ordered && atLeast
 	_, a.static = a.source.(*Catalog)
 	if opts.Spread != "" {
 		h := fnv.New64a()
@@ -305,6 +295,10 @@ func NewAllocator(opts Options) (*Allocator, error) {
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
+	}
+	a.plan = planFor(a.store, a.static, a.log)
+	if a.plan.ownedSince == nil {
+		a.plan.ownedSince = func(ctx context.Context, q store.OwnerQuery, _ int64) ([]store.Claim, error) { return a.owned(ctx, q) }
 	}
 	return a, nil
 }

@@ -26,7 +26,7 @@ func TestRequestedAfterReleaseElsewhere(t *testing.T) {
 	require.NoError(t, err)
 	x := netip.MustParseAddr("10.0.0.7")
 	req := func(id string) ipam.Request {
-		return ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}, IPs: []netip.Addr{x}}}}
+		return ipam.Request{ContainerID: id, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}, IPs: []netip.Addr{x}}}}
 	}
 
 	_, err = a.Allocate(ctx, req("first"))
@@ -50,7 +50,7 @@ func TestReleaseClaimChecksRevision(t *testing.T) {
 	st := memstore.New()
 	a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
 	require.NoError(t, err)
-	req := ipam.Request{UID: "u1", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+	req := ipam.Request{UID: "u1", Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}
 	_, err = a.Allocate(ctx, req)
 	require.NoError(t, err)
 	claims, err := a.Claims(ctx)
@@ -95,7 +95,7 @@ func TestQuarantine(t *testing.T) {
 			a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Quarantine: q})
 			require.NoError(t, err)
 			req := func(id string, ips ...string) ipam.Request {
-				r := ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+				r := ipam.Request{ContainerID: id, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}
 				for _, s := range ips {
 					r.Interfaces[0].IPs = append(r.Interfaces[0].IPs, netip.MustParseAddr(s))
 				}
@@ -144,7 +144,7 @@ func TestQuarantineOfAFailedRequest(t *testing.T) {
 	a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Quarantine: time.Minute})
 	require.NoError(t, err)
 	one := func(id string, pools ...string) ipam.Request {
-		return ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{{Name: "eth0", Pools: pools}}}
+		return ipam.Request{ContainerID: id, Interfaces: []ipam.NIC{{Name: "eth0", Pools: pools}}}
 	}
 	res, err := a.AllocateAt(ctx, one("fill", "full"), t0) // full's one address
 	require.NoError(t, err)
@@ -188,7 +188,7 @@ func TestStableOwner(t *testing.T) {
 	pod := func(name, uid, pool string, stable bool) ipam.Request {
 		return ipam.Request{Namespace: "db", Name: name, UID: uid, Stable: stable,
 			Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["` + pool + `"]}`},
-			Interfaces:  []ipam.Interface{{Name: "eth0"}}}
+			Interfaces:  []ipam.NIC{{Name: "eth0"}}}
 	}
 	addr := func(res ipam.Result, err error) (string, bool) {
 		t.Helper()
@@ -244,7 +244,7 @@ func TestStableOwner(t *testing.T) {
 	_, err = st.Get(ctx, "b", pg0)
 	require.ErrorIs(t, err, store.ErrNotFound)
 
-	_, err = a.AllocateAt(ctx, ipam.Request{UID: "u", Stable: true, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"a"}}}}, t0)
+	_, err = a.AllocateAt(ctx, ipam.Request{UID: "u", Stable: true, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"a"}}}}, t0)
 	require.ErrorIs(t, err, ipam.ErrInvalid)
 }
 
@@ -259,7 +259,7 @@ func TestSamePoolTwoInterfaces(t *testing.T) {
 	require.NoError(t, err)
 	req := ipam.Request{Namespace: "default", Name: "pod", UID: "u1",
 		Annotations: map[string]string{ipam.AnnotationIPPools: `[{"interface":"eth0","ipv4":["p"]},{"interface":"net1","ipv4":["p"]}]`},
-		Interfaces:  []ipam.Interface{{Name: "eth0"}}}
+		Interfaces:  []ipam.NIC{{Name: "eth0"}}}
 	first, err := a.Allocate(ctx, req)
 	require.NoError(t, err)
 	require.Len(t, first.IPs, 2)
@@ -268,7 +268,7 @@ func TestSamePoolTwoInterfaces(t *testing.T) {
 	require.NotEqual(t, first.IPs[0].Address, first.IPs[1].Address)
 
 	// The CNI ADD for net1 finds what the ADD for eth0 allocated.
-	req.Interfaces = []ipam.Interface{{Name: "net1"}}
+	req.Interfaces = []ipam.NIC{{Name: "net1"}}
 	again, err := a.Allocate(ctx, req)
 	require.NoError(t, err)
 	require.Len(t, again.IPs, 2)
@@ -294,7 +294,7 @@ func TestSelectionAllOrNothing(t *testing.T) {
 	pod := func(name string) ipam.Request {
 		return ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name,
 			Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["v4"],"ipv6":["v6"]}`},
-			Interfaces:  []ipam.Interface{{Name: "eth0"}}}
+			Interfaces:  []ipam.NIC{{Name: "eth0"}}}
 	}
 	_, err = a.Allocate(ctx, pod("a"))
 	require.NoError(t, err)
@@ -338,7 +338,7 @@ func TestImportedClaims(t *testing.T) {
 		a, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
 		require.NoError(t, err)
 		res, err := a.AllocateAt(ctx, ipam.Request{Namespace: "default", Name: "db-0", UID: "u1", Stable: stable,
-			Interfaces: []ipam.Interface{{Name: "eth0"}}}, t0)
+			Interfaces: []ipam.NIC{{Name: "eth0"}}}, t0)
 		require.NoError(t, err)
 		require.Len(t, res.IPs, 2)
 		require.Equal(t, "10.0.0.15", res.IPs[0].Address.Addr().String())
@@ -377,9 +377,9 @@ func TestFailedRequestTrace(t *testing.T) {
 	a, err := ipam.NewAllocator(ipam.Options{Pools: cat})
 	require.NoError(t, err)
 	// b has one usable address (10.0.1.2): take it.
-	_, err = a.Allocate(ctx, ipam.Request{ContainerID: "x", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"b"}}}})
+	_, err = a.Allocate(ctx, ipam.Request{ContainerID: "x", Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"b"}}}})
 	require.NoError(t, err)
-	_, err = a.Allocate(ctx, ipam.Request{ContainerID: "y", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"a", "b"}}}})
+	_, err = a.Allocate(ctx, ipam.Request{ContainerID: "y", Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"a", "b"}}}})
 	require.ErrorIs(t, err, ipam.ErrExhausted)
 	var ae *ipam.AllocationError
 	require.ErrorAs(t, err, &ae)

@@ -448,7 +448,7 @@ func modelRealResult(res ipam.Result, err error) modelResult {
 }
 
 // allocate is Allocate on the reference.
-func (m *modelAlloc) allocate(owner int, ifaces []ipam.Interface) modelResult {
+func (m *modelAlloc) allocate(owner int, ifaces []ipam.NIC) modelResult {
 	type task struct {
 		iface string
 		pool  *modelPool
@@ -623,11 +623,11 @@ const (
 type modelOp struct {
 	kind    modelOpKind
 	owner   int
-	ifaces  []ipam.Interface // allocate, repeat
-	iface   string           // release; "" for every interface
-	pool    string           // releaseIP
-	ip      netip.Addr       // releaseIP
-	cursors []modelHold      // restart: pool and ip of each cursor to set
+	ifaces  []ipam.NIC  // allocate, repeat
+	iface   string      // release; "" for every interface
+	pool    string      // releaseIP
+	ip      netip.Addr  // releaseIP
+	cursors []modelHold // restart: pool and ip of each cursor to set
 }
 
 func (o modelOp) String() string {
@@ -758,7 +758,7 @@ func genModelOp(rng *rand.Rand, m *modelAlloc) modelOp {
 			pools[i] = m.pools[k].name
 		}
 		pools = pools[:1+min(rng.IntN(4), 2)]
-		ifc := ipam.Interface{Name: name, Pools: pools}
+		ifc := ipam.NIC{Name: name, Pools: pools}
 		switch r := rng.IntN(20); {
 		case r < 6:
 			ifc.IPs = []netip.Addr{genRequested(rng, m, pools)}
@@ -812,7 +812,7 @@ func genRepeat(rng *rand.Rand, m *modelAlloc, owner int) modelOp {
 	for _, name := range names {
 		hs := byIface[name]
 		rng.Shuffle(len(hs), func(i, j int) { hs[i], hs[j] = hs[j], hs[i] })
-		ifc := ipam.Interface{Name: name}
+		ifc := ipam.NIC{Name: name}
 		for _, h := range hs {
 			ifc.Pools = append(ifc.Pools, h.pool)
 		}

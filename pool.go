@@ -513,16 +513,6 @@ func (p Pool) MarshalJSON() ([]byte, error) {
 	return json.Marshal(raw)
 }
 
-// ParseIPRange parses a single address ("10.0.0.5") or an inclusive range
-// ("10.0.0.5-10.0.0.9"), the forms SpiderIPPool's ips and excludeIPs take.
-func ParseIPRange(s string) (netipx.IPRange, error) {
-	r, reason := parseIPRange(s)
-	if reason != "" {
-		return netipx.IPRange{}, &FieldError{Field: "ip range", Value: s, Reason: reason}
-	}
-	return r, nil
-}
-
 // parseIPRange parses an "a" or "a-b" range, or says what is wrong with it.
 func parseIPRange(s string) (netipx.IPRange, string) {
 	from, to, isRange := strings.Cut(s, "-")

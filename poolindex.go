@@ -117,8 +117,8 @@ func (a *Allocator) index(ctx context.Context, name string) (*poolIndex, error) 
 	}
 	first := idx.def.Load() == nil
 	var cursor netip.Addr
-	if a.cursors != nil && first && a.spread == 0 {
-		if cursor, err = a.cursors.Cursor(ctx, name); err != nil {
+	if a.plan.cursor != nil && first && a.spread == 0 {
+		if cursor, err = a.plan.cursor(ctx, name); err != nil {
 			if ctx.Err() != nil {
 				// Not a hint's failure: the Store did not answer in time.
 				return nil, fmt.Errorf("reading the last reserved address of pool %q: %w", name, err)
@@ -160,7 +160,7 @@ func (a *Allocator) newDef(p *Pool, reserved *netipx.IPSet) (*poolDef, error) {
 	def := &poolDef{pool: p, reserved: reserved, layout: newLayout(rs, exclude)}
 	if def.layout.total.isZero() {
 		def.empty = ReasonExcluded
-		if reserved != nil && !FullyExcluded(p) {
+		if reserved != nil && !fullyExcluded(p) {
 			def.empty = ReasonReserved
 		}
 	}
@@ -317,8 +317,8 @@ func (a *Allocator) fill(ctx context.Context, idx *poolIndex) error {
 	defer idx.mu.Unlock()
 	var version uint64
 	versioned := false
-	if a.vers != nil {
-		v, err := a.vers.PoolVersion(ctx, idx.name)
+	if a.plan.poolVersion != nil {
+		v, err := a.plan.poolVersion(ctx, idx.name)
 		versioned = err == nil
 		version = v
 	}
@@ -342,7 +342,7 @@ func (a *Allocator) fill(ctx context.Context, idx *poolIndex) error {
 // the List that filled the index: then what the index knows is what the
 // Store holds, and need not be listed again.
 func (a *Allocator) unchanged(ctx context.Context, idx *poolIndex) bool {
-	if a.vers == nil {
+	if a.plan.poolVersion == nil {
 		return false
 	}
 	idx.mu.Lock()
@@ -351,7 +351,7 @@ func (a *Allocator) unchanged(ctx context.Context, idx *poolIndex) bool {
 	if !ok {
 		return false
 	}
-	cur, err := a.vers.PoolVersion(ctx, idx.name)
+	cur, err := a.plan.poolVersion(ctx, idx.name)
 	return err == nil && cur == v
 }
 

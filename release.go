@@ -185,8 +185,8 @@ func (a *Allocator) Claims(ctx context.Context) ([]store.Claim, error) {
 	if ctx == nil {
 		return nil, errNilContext
 	}
-	if l, ok := a.store.(store.ClaimLister); ok {
-		cs, err := l.ListAll(ctx)
+	if a.plan.listAll != nil {
+		cs, err := a.plan.listAll(ctx)
 		out, err := a.readable(cs, err, nil)
 		if err != nil {
 			return nil, fmt.Errorf("listing every claim: %w", err)

@@ -76,7 +76,7 @@ type Candidates struct {
 
 // IPPoolAnnotation is the value of the pod annotation ipam.spidernet.io/ippool,
 // such as {"ipv4":["blue","backup-*"],"ipv6":["blue6"]}: the pools of the
-// interfaces a request leaves to selection. Names may be wildcards (see Expand).
+// interfaces a request leaves to selection. Names may be wildcards (see expand).
 //
 // The zero IPPoolAnnotation names no pool, which ParseIPPoolAnnotation rejects.
 // It is a plain value, safe for concurrent reads.
@@ -497,7 +497,7 @@ func parsePoolList(key, s string) ([]string, error) {
 	return nilIfNoNames(v), nil
 }
 
-// Expand returns names with every wildcard replaced by the names of the pools
+// expand returns names with every wildcard replaced by the names of the pools
 // of the given family (4 or 6) that it matches (path.Match), in the order
 // pools.Pools yields them. Other names are kept as written and are not looked
 // up. A pool named more than once, by a wildcard and explicitly or by two
@@ -505,7 +505,7 @@ func parsePoolList(key, s string) ([]string, error) {
 // adds nothing. An empty name, an invalid pattern or a name written twice is an
 // error (a *FieldError naming the index). pools may be nil: wildcards then
 // match nothing. The result never shares memory with names.
-func Expand(names []string, family int, pools PoolSource) ([]string, error) {
+func expand(names []string, family int, pools PoolSource) ([]string, error) {
 	if family != 4 && family != 6 {
 		return nil, &FieldError{Field: "family", Value: strconv.Itoa(family), Reason: "must be 4 or 6"}
 	}
@@ -515,7 +515,7 @@ func Expand(names []string, family int, pools PoolSource) ([]string, error) {
 	return expandNames(names, family, pools, false), nil
 }
 
-// expandNames is Expand for names that checkPoolNames accepts. If owned and the list
+// expandNames is expand for names that checkPoolNames accepts. If owned and the list
 // has no pattern, names itself is returned; otherwise the result is new.
 func expandNames(names []string, family int, pools PoolSource, owned bool) []string {
 	if !slices.ContainsFunc(names, isPoolPattern) {
@@ -612,7 +612,7 @@ func (u *poolNameSet) add(n string) {
 // ippools annotation lists them (explicit pools win), and returns nil when no
 // interface of req needs selection, without reading any annotation.
 //
-// Wildcards are expanded and duplicates dropped as Expand does; pool names are
+// Wildcards are expanded and duplicates dropped as expand does; pool names are
 // otherwise not looked up (the Allocator reports unknown pools).
 // NetConf.DisableIPv4 and DisableIPv6 drop that family's candidates. A family
 // left with no pool (its wildcards matched nothing, or it is disabled) is
@@ -931,7 +931,7 @@ func (s *chain) ipPools(value string) ([]Candidates, error) {
 }
 
 // hasExplicitPools reports whether ifaces has an interface of that name with Pools.
-func hasExplicitPools(ifaces []Interface, name string) bool {
+func hasExplicitPools(ifaces []NIC, name string) bool {
 	for _, ifc := range ifaces {
 		if ifc.Name == name {
 			return len(ifc.Pools) > 0

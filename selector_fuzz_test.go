@@ -287,7 +287,7 @@ func FuzzSelect(f *testing.F) {
 			req.Interfaces[0].Pools = []string{"c"}
 		}
 		if has(sfNet1) {
-			req.Interfaces = append(req.Interfaces, ipam.Interface{Name: "net1"})
+			req.Interfaces = append(req.Interfaces, ipam.NIC{Name: "net1"})
 		}
 		var src ipam.PoolSource = cat
 		if has(sfScanOnly) {

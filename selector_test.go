@@ -60,10 +60,10 @@ func (s selNoScan) Pools() iter.Seq[*ipam.Pool] {
 }
 func (s selNoScan) DefaultPools() iter.Seq[*ipam.Pool] { return s.c.DefaultPools() }
 
-func selIfaces(names ...string) []ipam.Interface {
-	out := make([]ipam.Interface, len(names))
+func selIfaces(names ...string) []ipam.NIC {
+	out := make([]ipam.NIC, len(names))
 	for i, n := range names {
-		out[i] = ipam.Interface{Name: n}
+		out[i] = ipam.NIC{Name: n}
 	}
 	return out
 }
@@ -79,8 +79,8 @@ func selCleanGW(c ipam.Candidates) ipam.Candidates {
 
 type selectCase struct {
 	name    string
-	pools   []string         // catalog specs for selCatalog
-	ifaces  []ipam.Interface // nil means eth0 only
+	pools   []string   // catalog specs for selCatalog
+	ifaces  []ipam.NIC // nil means eth0 only
 	pod     map[string]string
 	ns      map[string]string
 	netconf ipam.NetConf
@@ -598,7 +598,7 @@ func TestSelectMultiNIC(t *testing.T) {
 		},
 		{
 			name: "an unlisted interface with explicit pools is fine", pools: pools, pod: sp37,
-			ifaces: []ipam.Interface{{Name: "eth0"}, {Name: "net2", Pools: []string{"shared"}}},
+			ifaces: []ipam.NIC{{Name: "eth0"}, {Name: "net2", Pools: []string{"shared"}}},
 			want: []ipam.Candidates{
 				selCand("eth0", 4, ipam.SourcePodIPPools, "p-eth0"),
 				selCand("net1", 4, ipam.SourcePodIPPools, "p-net1"),
@@ -607,7 +607,7 @@ func TestSelectMultiNIC(t *testing.T) {
 		},
 		{
 			name: "explicit pools win over an ippools entry", pools: pools, pod: sp37,
-			ifaces: []ipam.Interface{{Name: "eth0", Pools: []string{"shared"}}, {Name: "net1"}},
+			ifaces: []ipam.NIC{{Name: "eth0", Pools: []string{"shared"}}, {Name: "net1"}},
 			want: []ipam.Candidates{
 				selCand("net1", 4, ipam.SourcePodIPPools, "p-net1"),
 				selCand("net1", 6, ipam.SourcePodIPPools, "p-net1-v6"),
@@ -657,7 +657,7 @@ func TestSelectMultiNIC(t *testing.T) {
 		{
 			name: "ippool applies to every interface that needs selection", pools: pools,
 			pod:    map[string]string{ipam.AnnotationIPPool: `{"ipv4":["shared"]}`},
-			ifaces: []ipam.Interface{{Name: "eth0"}, {Name: "net1", Pools: []string{"pA"}}, {Name: "net2"}},
+			ifaces: []ipam.NIC{{Name: "eth0"}, {Name: "net1", Pools: []string{"pA"}}, {Name: "net2"}},
 			want: []ipam.Candidates{
 				selCand("eth0", 4, ipam.SourcePodIPPool, "shared"),
 				selCand("net2", 4, ipam.SourcePodIPPool, "shared"),
@@ -673,7 +673,7 @@ func TestSelectRequest(t *testing.T) {
 		require.ErrorIs(t, err, ipam.ErrInvalid)
 	})
 	t.Run("unnamed interface", func(t *testing.T) {
-		_, err := ipam.Select(&ipam.Request{Interfaces: []ipam.Interface{{}}}, cat)
+		_, err := ipam.Select(&ipam.Request{Interfaces: []ipam.NIC{{}}}, cat)
 		require.ErrorIs(t, err, ipam.ErrInvalid)
 		require.ErrorContains(t, err, "interfaces[0].name: required")
 	})
@@ -685,7 +685,7 @@ func TestSelectRequest(t *testing.T) {
 	t.Run("no interface needs selection: nothing is read", func(t *testing.T) {
 		req := ipam.Request{
 			Annotations: map[string]string{ipam.AnnotationIPPool: "{broken", ipam.AnnotationSubnet: "{broken"},
-			Interfaces:  []ipam.Interface{{Name: "eth0", Pools: []string{"p4"}}},
+			Interfaces:  []ipam.NIC{{Name: "eth0", Pools: []string{"p4"}}},
 		}
 		got, err := ipam.Select(&req, selNoScan{t, cat})
 		require.NoError(t, err)
@@ -791,7 +791,7 @@ func TestSelectAllocs(t *testing.T) {
 		{"CNI config", ipam.Request{Interfaces: selIfaces("eth0"), NetConf: ipam.NetConf{DefaultIPv4Pools: []string{"p4"}}}, 2},
 		// The result and the list of names.
 		{"cluster default", ipam.Request{Interfaces: selIfaces("eth0")}, 2},
-		{"explicit pools only", ipam.Request{Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p4"}}}}, 0},
+		{"explicit pools only", ipam.Request{Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p4"}}}}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := testing.AllocsPerRun(100, func() {

@@ -8,7 +8,7 @@ import (
 // This file orders the candidates that survive the filters, as Spiderpool
 // does: a pool bound to more specific things is tried first.
 
-// Bits of Rank, from the most significant: the order in which Spiderpool
+// Bits of priorityRank, from the most significant: the order in which Spiderpool
 // compares the "has field" booleans.
 const (
 	rankPodAffinity uint8 = 1 << (5 - iota)
@@ -19,14 +19,14 @@ const (
 	rankMultusName
 )
 
-// Rank returns the pool's priority as a number, higher first: one bit per
+// priorityRank returns the pool's priority as a number, higher first: one bit per
 // selection field the pool sets, from the most significant, podAffinity,
 // nodeName, nodeAffinity, namespaceName, namespaceAffinity, multusName. A
 // field counts as set when it is a non-nil selector or a non-empty list, even
 // if the filters would ignore it (nodeAffinity beside nodeName). A nil pool
 // ranks 0. Comparing ranks is Spiderpool's lexicographic comparison of the six
 // booleans.
-func Rank(p *Pool) uint8 {
+func priorityRank(p *Pool) uint8 {
 	if p == nil {
 		return 0
 	}
@@ -52,19 +52,19 @@ func Rank(p *Pool) uint8 {
 	return r
 }
 
-// ComparePriority returns a negative number when a is tried before b, a
+// comparePriority returns a negative number when a is tried before b, a
 // positive one when b is tried first, and 0 when they rank the same (see
-// Rank): the first of podAffinity, nodeName, nodeAffinity, namespaceName,
+// priorityRank): the first of podAffinity, nodeName, nodeAffinity, namespaceName,
 // namespaceAffinity and multusName that one pool sets and the other does not
 // decides, for the pool that sets it.
-func ComparePriority(a, b *Pool) int {
-	return cmp.Compare(Rank(b), Rank(a))
+func comparePriority(a, b *Pool) int {
+	return cmp.Compare(priorityRank(b), priorityRank(a))
 }
 
-// Sort orders pools by ComparePriority, in place. Pools of equal rank keep
+// Sort orders pools by comparePriority, in place. Pools of equal rank keep
 // their input order, the order they were named in. (Spiderpool's order among
 // them is random, although its documentation promises written order: a
 // deliberate difference.) Sort does not allocate.
 func Sort(pools []*Pool) {
-	slices.SortStableFunc(pools, ComparePriority)
+	slices.SortStableFunc(pools, comparePriority)
 }

@@ -24,6 +24,7 @@ import (
 	"go4.org/netipx"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"
 )
@@ -34,7 +35,7 @@ import (
 // candidate chain, Subject.Check for the filters, Sort for the order, the
 // Allocator (and its Trace) for what is handed out, ParsePool,
 // ValidatePools and NewCatalog for pool validation, and Requests with Stable
-// set, DecideGC and CollectGarbage (with explicit times) for StatefulSet
+// set, gc.Decide and gc.Collect (with explicit times) for StatefulSet
 // reuse and garbage collection.
 //
 // Scenarios come in several shapes, so each id maps to a runner that
@@ -330,7 +331,7 @@ func spcMatchAll(ann map[string]string) ipam.Request {
 		Node:            "node1",
 		NodeLabels:      map[string]string{"zone": "a"},
 		NamespaceLabels: map[string]string{"team": "x", "kubernetes.io/metadata.name": "ns1"},
-		Interfaces:      []ipam.Interface{{Name: "eth0", Network: "kube-system/macvlan"}},
+		Interfaces:      []ipam.NIC{{Name: "eth0", Network: "kube-system/macvlan"}},
 	}
 }
 
@@ -678,7 +679,7 @@ func (w *spcWorld) request(t *testing.T, pod spcPod, name, nic string) ipam.Requ
 		Node: pod.Node, NodeLabels: nodeLabels,
 		NamespaceLabels: nsLabels, NamespaceAnnotations: nsAnn,
 		NetConf:    w.netConf(t, ann),
-		Interfaces: []ipam.Interface{{Name: nic}},
+		Interfaces: []ipam.NIC{{Name: nic}},
 	}
 }
 
@@ -1843,7 +1844,7 @@ func spcRunSP43(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	for i, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
 			req := ipam.Request{Namespace: "default", Name: fmt.Sprintf("pod-%d", i), UID: fmt.Sprintf("uid-%d", i),
-				Annotations: v.ann, NetConf: ipam.NetConf{CleanGateway: v.netconf}, Interfaces: []ipam.Interface{{Name: "eth0"}}}
+				Annotations: v.ann, NetConf: ipam.NetConf{CleanGateway: v.netconf}, Interfaces: []ipam.NIC{{Name: "eth0"}}}
 			res, err := w.alloc.AllocateAt(t.Context(), req, spcNow)
 			require.NoError(t, err)
 			cfg, ok := spcIPFor(res, "eth0", 4)
@@ -2121,7 +2122,7 @@ func spcRunSP62(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	alloc, err := ipam.NewAllocator(ipam.Options{Pools: src, Store: st})
 	require.NoError(t, err)
 	req := func(id string) ipam.Request {
-		return ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"pool"}}}}
+		return ipam.Request{ContainerID: id, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"pool"}}}}
 	}
 	// stored returns the addresses each owner holds in the Store.
 	stored := func() map[string][]netip.Addr {
@@ -2215,8 +2216,8 @@ func spcRunSP64(t *testing.T, sc spcScenario, expect json.RawMessage) {
 // whole record of an allocation. A StatefulSet pod is a Request with Stable
 // set, whose claims belong to its namespace and name. What Spiderpool's CNI
 // DEL decides is the caller's choice here (ReleaseAt releases what it is
-// asked to); what Spiderpool's GC decides is DecideGC's verdict on each
-// claim, applied by CollectGarbage. Every GC step takes a snapshot of the
+// asked to); what Spiderpool's GC decides is gc.Decide's verdict on each
+// claim, applied by gc.Collect. Every GC step takes a snapshot of the
 // cluster at an explicit time, later than the claims it judges.
 
 // stsRequest is the CNI ADD for eth0 of StatefulSet pod default/name,
@@ -2230,22 +2231,22 @@ func (w *spcWorld) stsRequest(t *testing.T, name, uid string, ann map[string]jso
 
 // spcGCPod is pod default/name, incarnation uid, Running with addresses on a
 // Ready node; controlled by a StatefulSet if sts.
-func spcGCPod(name, uid string, sts bool) ipam.Pod {
-	p := ipam.Pod{Namespace: "default", Name: name, UID: uid, Phase: ipam.PodRunning, NodeReady: true, HasIPs: true}
+func spcGCPod(name, uid string, sts bool) gc.Pod {
+	p := gc.Pod{Namespace: "default", Name: name, UID: uid, Phase: gc.PodRunning, NodeReady: true, HasIPs: true}
 	if sts {
-		p.ControllerKind = ipam.KindStatefulSet
+		p.ControllerKind = gc.KindStatefulSet
 	}
 	return p
 }
 
-// collect runs CollectGarbage at now, with a snapshot of pods and sets taken
+// collect runs gc.Collect at now, with a snapshot of pods and sets taken
 // at now. No decision may carry an error.
-func (w *spcWorld) collect(t *testing.T, now time.Time, pods []ipam.Pod, sets []ipam.StatefulSet, opts ipam.GCOptions) []ipam.GCDecision {
+func (w *spcWorld) collect(t *testing.T, now time.Time, pods []gc.Pod, sets []gc.StatefulSet, opts gc.Options) []gc.Decision {
 	t.Helper()
-	snap, err := ipam.NewGCSnapshot(now, pods, sets)
-	require.NoError(t, err, "NewGCSnapshot")
-	ds, err := w.alloc.CollectGarbage(t.Context(), snap, now, opts)
-	require.NoError(t, err, "CollectGarbage")
+	snap, err := gc.NewSnapshot(now, pods, sets)
+	require.NoError(t, err, "gc.NewSnapshot")
+	ds, err := gc.Collect(t.Context(), w.alloc, snap, now, opts)
+	require.NoError(t, err, "gc.Collect")
 	for _, d := range ds {
 		t.Logf("gc at %s: %s release=%t applied=%t %s: %s", now.Format(time.RFC3339Nano), d.Claim.Key(), d.Release, d.Applied, d.Reason, d.Message)
 		require.NoErrorf(t, d.Err, "decision on %s", d.Claim.Key())
@@ -2254,15 +2255,15 @@ func (w *spcWorld) collect(t *testing.T, now time.Time, pods []ipam.Pod, sets []
 }
 
 // spcDecisionOn returns the decision on the claim of pool and ip.
-func spcDecisionOn(t *testing.T, ds []ipam.GCDecision, pool string, ip netip.Addr) ipam.GCDecision {
+func spcDecisionOn(t *testing.T, ds []gc.Decision, pool string, ip netip.Addr) gc.Decision {
 	t.Helper()
-	i := slices.IndexFunc(ds, func(d ipam.GCDecision) bool { return d.Claim.Pool == pool && d.Claim.IP == ip })
+	i := slices.IndexFunc(ds, func(d gc.Decision) bool { return d.Claim.Pool == pool && d.Claim.IP == ip })
 	require.GreaterOrEqualf(t, i, 0, "no decision on %s/%s", pool, ip)
 	return ds[i]
 }
 
 // spcRequireKept checks that d keeps its claim, for reason.
-func spcRequireKept(t *testing.T, d ipam.GCDecision, reason ipam.GCReason) {
+func spcRequireKept(t *testing.T, d gc.Decision, reason gc.Reason) {
 	t.Helper()
 	require.Falsef(t, d.Release, "%s must be kept: %s", d.Claim.Key(), d.Message)
 	require.Falsef(t, d.Applied, "%s must be kept", d.Claim.Key())
@@ -2270,8 +2271,8 @@ func spcRequireKept(t *testing.T, d ipam.GCDecision, reason ipam.GCReason) {
 }
 
 // requireReleased checks that d releases its claim, for reason, and, if
-// applied, that CollectGarbage did so and the Store no longer has it.
-func (w *spcWorld) requireReleased(t *testing.T, d ipam.GCDecision, reason ipam.GCReason, applied bool) {
+// applied, that gc.Collect did so and the Store no longer has it.
+func (w *spcWorld) requireReleased(t *testing.T, d gc.Decision, reason gc.Reason, applied bool) {
 	t.Helper()
 	require.Truef(t, d.Release, "%s must be released: %s", d.Claim.Key(), d.Message)
 	require.Equalf(t, reason, d.Reason, "why %s is released: %s", d.Claim.Key(), d.Message)
@@ -2320,7 +2321,7 @@ func spcRunSP44(t *testing.T, sc spcScenario, expect json.RawMessage) {
 		AfterDeleteAllPods map[string]string `json:"afterDeleteAllPods"`
 	}
 	spcDecode(t, "expect", expect, &want)
-	set := ipam.StatefulSet{Namespace: "default", Name: setup.Sts.Name, Replicas: setup.Sts.Replicas}
+	set := gc.StatefulSet{Namespace: "default", Name: setup.Sts.Name, Replicas: setup.Sts.Replicas}
 	require.NotEmpty(t, set.Name)
 	require.Positive(t, set.Replicas)
 	var names []string
@@ -2329,7 +2330,7 @@ func spcRunSP44(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	}
 	require.ElementsMatch(t, names, slices.Collect(maps.Keys(want.Before)), "one address per replica before")
 	require.ElementsMatch(t, names, slices.Collect(maps.Keys(want.AfterDeleteAllPods)), "one address per replica after")
-	sets := []ipam.StatefulSet{set}
+	sets := []gc.StatefulSet{set}
 
 	w := spcNewWorld(t, sc.ID, &spcCommon{Pool: &setup.Pool}, nil)
 	pool := w.pools[0].Name
@@ -2345,14 +2346,14 @@ func spcRunSP44(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	// Every pod is deleted. A CNI DEL of a valid member releases nothing (the
 	// caller's policy, SP-47); a GC scan while the pods are gone keeps every
 	// claim for the pods to come.
-	ds := w.collect(t, t0.Add(time.Minute), nil, sets, ipam.GCOptions{})
+	ds := w.collect(t, t0.Add(time.Minute), nil, sets, gc.Options{})
 	require.Len(t, ds, len(names))
 	for _, d := range ds {
-		spcRequireKept(t, d, ipam.GCKeepStatefulSetMember)
+		spcRequireKept(t, d, gc.KeepStatefulSetMember)
 	}
 
 	// Recreated with new UIDs, in the other order: each gets its own back.
-	var pods []ipam.Pod
+	var pods []gc.Pod
 	for _, n := range slices.Backward(names) {
 		uid := "uid-" + n + "-2"
 		got := w.allocOne(t, w.stsRequest(t, n, uid, nil), t0.Add(2*time.Minute))
@@ -2363,10 +2364,10 @@ func spcRunSP44(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	}
 	// A claim still naming the old UID would now be released (the new pod
 	// reports addresses: a UID mismatch).
-	ds = w.collect(t, t0.Add(3*time.Minute), pods, sets, ipam.GCOptions{})
+	ds = w.collect(t, t0.Add(3*time.Minute), pods, sets, gc.Options{})
 	require.Len(t, ds, len(names), "no address is held besides the pods'")
 	for _, d := range ds {
-		spcRequireKept(t, d, ipam.GCKeepRunning)
+		spcRequireKept(t, d, gc.KeepRunning)
 	}
 }
 
@@ -2501,7 +2502,7 @@ func spcRunSP46(t *testing.T, sc spcScenario, expect json.RawMessage) {
 // asked to, so a plugin following Spiderpool does not call it for a
 // StatefulSet pod, and leaves its claim to garbage collection, which keeps
 // the claim of a valid member. That verdict is what is run here: through
-// the pod's termination, its absence and its recreation, CollectGarbage
+// the pod's termination, its absence and its recreation, gc.Collect
 // keeps the member's claim, and the recreated pod gets the address back.
 // The same claim, were the pod no valid member, would be released.
 func spcRunSP47(t *testing.T, sc spcScenario, expect json.RawMessage) {
@@ -2521,15 +2522,15 @@ func spcRunSP47(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	require.NotNilf(t, m, "pod %q", setup.Pod)
 	ord, err := strconv.Atoi(m[2])
 	require.NoError(t, err)
-	set := ipam.StatefulSet{Namespace: "default", Name: m[1], Replicas: setup.Sts.Replicas}
+	set := gc.StatefulSet{Namespace: "default", Name: m[1], Replicas: setup.Sts.Replicas}
 	require.Less(t, ord, set.Replicas, "the pod is a valid member")
-	sets := []ipam.StatefulSet{set}
+	sets := []gc.StatefulSet{set}
 	victim := setup.Pod[:len(m[1])+1+len(m[2])]
 
 	w := spcNewWorld(t, sc.ID, &spcCommon{Pool: &spcPoolSpec{}}, nil)
 	t0 := spcNow
 	addrs := map[string]ipam.IPConfig{}
-	var running []ipam.Pod
+	var running []gc.Pod
 	for i := range set.Replicas {
 		n := fmt.Sprintf("%s-%d", set.Name, i)
 		addrs[n] = w.allocOne(t, w.stsRequest(t, n, "uid-"+n+"-1", nil), t0)
@@ -2545,16 +2546,16 @@ func spcRunSP47(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	terminating.DeletionGracePeriod = 30 * time.Second
 	terminating.HasIPs = false
 	recreated := spcGCPod(victim, "uid-"+victim+"-2", true)
-	recreated.Phase, recreated.HasIPs = ipam.PodPending, false
+	recreated.Phase, recreated.HasIPs = gc.PodPending, false
 	steps := []struct {
 		name string
-		pod  *ipam.Pod
-		keep ipam.GCReason
+		pod  *gc.Pod
+		keep gc.Reason
 	}{
 		// Past its deadline and without addresses: a stateless pod would go.
-		{"terminating past its deadline", &terminating, ipam.GCKeepStatefulSetMember},
-		{"deleted", nil, ipam.GCKeepStatefulSetMember},
-		{"recreated, Pending without addresses", &recreated, ipam.GCKeepStatefulSetReuse},
+		{"terminating past its deadline", &terminating, gc.KeepStatefulSetMember},
+		{"deleted", nil, gc.KeepStatefulSetMember},
+		{"recreated, Pending without addresses", &recreated, gc.KeepStatefulSetReuse},
 	}
 	for i, st := range steps {
 		now := t0.Add(time.Duration(i+2) * time.Hour)
@@ -2562,13 +2563,13 @@ func spcRunSP47(t *testing.T, sc spcScenario, expect json.RawMessage) {
 		if st.pod != nil {
 			pods = append(pods, *st.pod)
 		}
-		ds := w.collect(t, now, pods, sets, ipam.GCOptions{})
+		ds := w.collect(t, now, pods, sets, gc.Options{})
 		require.Len(t, ds, set.Replicas)
 		for _, d := range ds {
 			if d.Claim.IP == mine.Address.Addr() {
 				spcRequireKept(t, d, st.keep)
 			} else {
-				spcRequireKept(t, d, ipam.GCKeepRunning)
+				spcRequireKept(t, d, gc.KeepRunning)
 			}
 		}
 		w.requireHeld(t, mine.Pool, mine.Address.Addr(), victim, "uid-"+victim+"-1", true)
@@ -2578,10 +2579,10 @@ func spcRunSP47(t *testing.T, sc spcScenario, expect json.RawMessage) {
 			// down to exclude the pod's ordinal, the same claim goes.
 			claims, err := w.alloc.Claims(t.Context())
 			require.NoError(t, err)
-			snap, err := ipam.NewGCSnapshot(now, running, []ipam.StatefulSet{{Namespace: set.Namespace, Name: set.Name, Replicas: ord}})
+			snap, err := gc.NewSnapshot(now, running, []gc.StatefulSet{{Namespace: set.Namespace, Name: set.Name, Replicas: ord}})
 			require.NoError(t, err)
-			d := spcDecisionOn(t, ipam.DecideGC(claims, snap, now, ipam.GCOptions{}), mine.Pool, mine.Address.Addr())
-			w.requireReleased(t, d, ipam.GCReleasePodGone, false)
+			d := spcDecisionOn(t, gc.Decide(claims, snap, now, gc.Options{}), mine.Pool, mine.Address.Addr())
+			w.requireReleased(t, d, gc.ReleasePodGone, false)
 		}
 	}
 
@@ -2592,14 +2593,14 @@ func spcRunSP47(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	require.Len(t, w.claims(t), set.Replicas)
 }
 
-// spcGCEnv maps Spiderpool's GC switches to the GCOptions fields that negate
+// spcGCEnv maps Spiderpool's GC switches to the gc.Options fields that negate
 // them, and says which node readiness each applies to.
 var spcGCEnv = map[string]struct {
 	ready bool
-	set   func(*ipam.GCOptions, bool)
+	set   func(*gc.Options, bool)
 }{
-	"SPIDERPOOL_GC_STATELESS_TERMINATING_POD_ON_READY_NODE_ENABLED": {true, func(o *ipam.GCOptions, on bool) { o.DisableTerminatingOnReadyNode = !on }},
-	"SPIDERPOOL_GC_STATELESS_TERMINATING_POD_ON_NOT_READY_NODE_ENABLED": {false, func(o *ipam.GCOptions, on bool) {
+	"SPIDERPOOL_GC_STATELESS_TERMINATING_POD_ON_READY_NODE_ENABLED": {true, func(o *gc.Options, on bool) { o.DisableTerminatingOnReadyNode = !on }},
+	"SPIDERPOOL_GC_STATELESS_TERMINATING_POD_ON_NOT_READY_NODE_ENABLED": {false, func(o *gc.Options, on bool) {
 		o.DisableTerminatingOnNotReadyNode = !on
 	}},
 }
@@ -2607,17 +2608,17 @@ var spcGCEnv = map[string]struct {
 // spcRunGCTiming runs a stateless pod's release deadline (SP-49, SP-50):
 // "after X + ... + additional delay", where X is the symbol a setup time is
 // written as. For additional delays of 0 and 5s, on the node readiness the
-// setup's switch applies to (both if none), CollectGarbage keeps the claim
+// setup's switch applies to (both if none), gc.Collect keeps the claim
 // 1ns before the deadline and releases it at the deadline.
 func spcRunGCTiming(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	var setup struct {
 		Env map[string]bool `json:"env"`
 		Pod struct {
-			Phase                         ipam.PodPhase `json:"phase"`
-			DeletionTimestamp             string        `json:"deletionTimestamp"`
-			DeletionGracePeriodSeconds    *int          `json:"deletionGracePeriodSeconds"`
-			LastContainerFinishedAt       string        `json:"lastContainerFinishedAt"`
-			TerminationGracePeriodSeconds *int          `json:"terminationGracePeriodSeconds"`
+			Phase                         gc.PodPhase `json:"phase"`
+			DeletionTimestamp             string      `json:"deletionTimestamp"`
+			DeletionGracePeriodSeconds    *int        `json:"deletionGracePeriodSeconds"`
+			LastContainerFinishedAt       string      `json:"lastContainerFinishedAt"`
+			TerminationGracePeriodSeconds *int        `json:"terminationGracePeriodSeconds"`
 		} `json:"pod"`
 	}
 	spcDecode(t, "setup", sc.Setup, &setup)
@@ -2630,20 +2631,20 @@ func spcRunGCTiming(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	t0 := spcNow
 	at := t0.Add(time.Hour)
 	pod := spcGCPod("pod", "uid-default-pod", false)
-	pod.Phase = cmp.Or(setup.Pod.Phase, ipam.PodRunning) // stuck terminating: still Running
+	pod.Phase = cmp.Or(setup.Pod.Phase, gc.PodRunning) // stuck terminating: still Running
 	symbols := map[string]time.Time{}
 	var graces []time.Duration
-	keep, release := ipam.GCReason(""), ipam.GCReason("")
+	keep, release := gc.Reason(""), gc.Reason("")
 	if s := setup.Pod.DeletionTimestamp; s != "" {
 		symbols[s] = at
 		pod.DeletionTimestamp = at
-		keep, release = ipam.GCKeepTerminating, ipam.GCReleaseTerminating
+		keep, release = gc.KeepTerminating, gc.ReleaseTerminating
 	}
 	if s := setup.Pod.LastContainerFinishedAt; s != "" {
-		require.Contains(t, []ipam.PodPhase{ipam.PodSucceeded, ipam.PodFailed}, pod.Phase, "a pod whose containers finished")
+		require.Contains(t, []gc.PodPhase{gc.PodSucceeded, gc.PodFailed}, pod.Phase, "a pod whose containers finished")
 		symbols[s] = at
 		pod.FinishedAt = at
-		keep, release = ipam.GCKeepFinished, ipam.GCReleaseFinished
+		keep, release = gc.KeepFinished, gc.ReleaseFinished
 	}
 	require.Len(t, symbols, 1, "one of deletionTimestamp and lastContainerFinishedAt")
 	if p := setup.Pod.DeletionGracePeriodSeconds; p != nil {
@@ -2654,14 +2655,14 @@ func spcRunGCTiming(t *testing.T, sc spcScenario, expect json.RawMessage) {
 		pod.TerminationGracePeriod = time.Duration(*p) * time.Second
 		graces = append(graces, pod.TerminationGracePeriod)
 	}
-	phases := []ipam.PodPhase{pod.Phase}
+	phases := []gc.PodPhase{pod.Phase}
 	if strings.Contains(sc.Title, "Succeeded or Failed") {
-		require.Contains(t, []ipam.PodPhase{ipam.PodSucceeded, ipam.PodFailed}, pod.Phase)
-		phases = []ipam.PodPhase{ipam.PodSucceeded, ipam.PodFailed}
+		require.Contains(t, []gc.PodPhase{gc.PodSucceeded, gc.PodFailed}, pod.Phase)
+		phases = []gc.PodPhase{gc.PodSucceeded, gc.PodFailed}
 	}
 
 	// The switches, and the node readiness they are about.
-	var base ipam.GCOptions
+	var base gc.Options
 	readiness := []bool{true, false}
 	var flags []string
 	for k, on := range setup.Env {
@@ -2677,7 +2678,7 @@ func spcRunGCTiming(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	m := regexp.MustCompile(`^after (.+?)(?: \((.+)\))?$`).FindStringSubmatch(want.Release)
 	require.NotNilf(t, m, "release %q", want.Release)
 	if m[2] != "" {
-		t.Logf("not expressed: %q: DecideGC has one rule for Spiderpool's tracing path and its scan (README difference 11); the caller decides when it runs", m[2])
+		t.Logf("not expressed: %q: gc.Decide has one rule for Spiderpool's tracing path and its scan (README difference 11); the caller decides when it runs", m[2])
 	}
 	var deadline time.Time
 	var extra time.Duration
@@ -2720,11 +2721,11 @@ func spcRunGCTiming(t *testing.T, sc spcScenario, expect json.RawMessage) {
 					got := w.allocOne(t, req, t0)
 					ip := got.Address.Addr()
 
-					ds := w.collect(t, due.Add(-time.Nanosecond), []ipam.Pod{p}, nil, opts)
+					ds := w.collect(t, due.Add(-time.Nanosecond), []gc.Pod{p}, nil, opts)
 					spcRequireKept(t, spcDecisionOn(t, ds, got.Pool, ip), keep)
 					w.requireHeld(t, got.Pool, ip, p.Name, p.UID, false)
 
-					ds = w.collect(t, due, []ipam.Pod{p}, nil, opts)
+					ds = w.collect(t, due, []gc.Pod{p}, nil, opts)
 					w.requireReleased(t, spcDecisionOn(t, ds, got.Pool, ip), release, true)
 				})
 			}
@@ -2739,19 +2740,19 @@ func spcRunGCTiming(t *testing.T, sc spcScenario, expect json.RawMessage) {
 		t.Run("flag false", func(t *testing.T) {
 			p := pod
 			p.NodeReady = e.ready
-			var opts ipam.GCOptions
+			var opts gc.Options
 			e.set(&opts, false)
 			w := spcNewWorld(t, sc.ID, &spcCommon{Pool: &spcPoolSpec{}}, nil)
 			got := w.allocOne(t, w.request(t, spcPod{UID: p.UID}, p.Name, "eth0"), t0)
-			reason := ipam.GCKeepNotReadyNode
+			reason := gc.KeepNotReadyNode
 			if e.ready {
-				reason = ipam.GCKeepReadyNode
+				reason = gc.KeepReadyNode
 			}
-			ds := w.collect(t, deadline.Add(extra+365*24*time.Hour), []ipam.Pod{p}, nil, opts)
+			ds := w.collect(t, deadline.Add(extra+365*24*time.Hour), []gc.Pod{p}, nil, opts)
 			spcRequireKept(t, spcDecisionOn(t, ds, got.Pool, got.Address.Addr()), reason)
 			// Once the pod object is gone, the claim goes.
 			ds = w.collect(t, deadline.Add(extra+366*24*time.Hour), nil, nil, opts)
-			w.requireReleased(t, spcDecisionOn(t, ds, got.Pool, got.Address.Addr()), ipam.GCReleasePodGone, true)
+			w.requireReleased(t, spcDecisionOn(t, ds, got.Pool, got.Address.Addr()), gc.ReleasePodGone, true)
 		})
 	default:
 		t.Fatalf("notes %q: not understood", sc.Notes)
@@ -2802,15 +2803,15 @@ func spcRunSP52(t *testing.T, sc spcScenario, expect json.RawMessage) {
 	for _, c := range cases {
 		m := clause.FindStringSubmatch(c)
 		require.NotNilf(t, m, "clause %q", c)
-		var pods []ipam.Pod
-		var reason ipam.GCReason
+		var pods []gc.Pod
+		var reason gc.Reason
 		switch m[1] {
 		case "pod not found and no endpoint": // we have no endpoints
-			reason = ipam.GCReleasePodGone
+			reason = gc.ReleasePodGone
 		case "a real pod with a different UID":
 			p := spcGCPod(pod, rec.PodUID+"-real", false)
 			p.Namespace = ns
-			pods, reason = append(pods, p), ipam.GCReleaseUIDMismatch
+			pods, reason = append(pods, p), gc.ReleaseUIDMismatch
 		default:
 			t.Fatalf("clause %q: not understood", c)
 		}
@@ -2821,10 +2822,10 @@ func spcRunSP52(t *testing.T, sc spcScenario, expect json.RawMessage) {
 			require.NotEqual(t, ip, liveIP.Address.Addr())
 			lp := spcGCPod("live", live.UID, false)
 			lp.Namespace = ns
-			ds := w.collect(t, spcNow.Add(time.Minute), append(slices.Clone(pods), lp), nil, ipam.GCOptions{})
+			ds := w.collect(t, spcNow.Add(time.Minute), append(slices.Clone(pods), lp), nil, gc.Options{})
 			require.Len(t, ds, 2)
 			w.requireReleased(t, spcDecisionOn(t, ds, name, ip), reason, true)
-			spcRequireKept(t, spcDecisionOn(t, ds, name, liveIP.Address.Addr()), ipam.GCKeepRunning)
+			spcRequireKept(t, spcDecisionOn(t, ds, name, liveIP.Address.Addr()), gc.KeepRunning)
 			w.requireHeld(t, name, liveIP.Address.Addr(), "live", live.UID, false)
 
 			next := w.allocOne(t, w.request(t, spcPod{Namespace: ns}, "next", "eth0"), spcNow.Add(2*time.Minute))
@@ -2861,7 +2862,7 @@ func spcRunSP55(t *testing.T, sc spcScenario, expect json.RawMessage) {
 		require.NotNilf(t, g, "gc %q", want.GC)
 		n, _ := strconv.Atoi(g[1])
 		every := time.Duration(n) * time.Second
-		t.Logf("the caller schedules CollectGarbage; here it runs at the next scan, %v after the record", every)
+		t.Logf("the caller schedules gc.Collect; here it runs at the next scan, %v after the record", every)
 
 		w := spcNewWorld(t, sc.ID, &spcCommon{Pool: &spcPoolSpec{}}, nil)
 		rs, err := w.pools[0].RangeSet()
@@ -2872,16 +2873,16 @@ func spcRunSP55(t *testing.T, sc spcScenario, expect json.RawMessage) {
 		require.NoError(t, err)
 
 		// While the pod exists, the scan keeps its record.
-		alive := ipam.Pod{Namespace: owner.Namespace, Name: owner.Name, UID: owner.UID, Phase: ipam.PodRunning, NodeReady: true, HasIPs: true}
-		ds := w.collect(t, spcNow.Add(every), []ipam.Pod{alive}, nil, ipam.GCOptions{})
+		alive := gc.Pod{Namespace: owner.Namespace, Name: owner.Name, UID: owner.UID, Phase: gc.PodRunning, NodeReady: true, HasIPs: true}
+		ds := w.collect(t, spcNow.Add(every), []gc.Pod{alive}, nil, gc.Options{})
 		require.Len(t, ds, 1)
-		spcRequireKept(t, ds[0], ipam.GCKeepRunning)
+		spcRequireKept(t, ds[0], gc.KeepRunning)
 
 		// Once it is deleted, the next scan frees the record.
-		ds = w.collect(t, spcNow.Add(2*every), nil, nil, ipam.GCOptions{})
+		ds = w.collect(t, spcNow.Add(2*every), nil, nil, gc.Options{})
 		require.Len(t, ds, 1)
 		require.Equal(t, rec.Key(), ds[0].Claim.Key())
-		w.requireReleased(t, ds[0], ipam.GCReleasePodGone, true)
+		w.requireReleased(t, ds[0], gc.ReleasePodGone, true)
 		require.Empty(t, w.claims(t))
 	})
 	spcSkipPart(t, sc.ID, "cniDel", want.CNIDel)

@@ -42,7 +42,7 @@ func mustAllocator(t testing.TB, src ipam.PoolSource, st store.Store) *ipam.Allo
 }
 
 func onPool(uid, iface, pool string) ipam.Request {
-	return ipam.Request{Namespace: "default", Name: "pod-" + uid, UID: uid, Interfaces: []ipam.Interface{{Name: iface, Pools: []string{pool}}}}
+	return ipam.Request{Namespace: "default", Name: "pod-" + uid, UID: uid, Interfaces: []ipam.NIC{{Name: iface, Pools: []string{pool}}}}
 }
 
 // Case 1: two Allocators on one memstore, both with the pool loaded.
@@ -251,7 +251,7 @@ func TestWritersInterfaceLessClaim(t *testing.T) {
 			}
 			a := mustAllocator(t, cat, over)
 			req := ipam.Request{Namespace: "db", Name: "db-0", UID: "uid-1", Stable: stable, Annotations: ann,
-				Interfaces: []ipam.Interface{{Name: "eth0"}, {Name: "net1"}}}
+				Interfaces: []ipam.NIC{{Name: "eth0"}, {Name: "net1"}}}
 			if !stable {
 				req.UID = "uid-0"
 			}
@@ -270,7 +270,7 @@ func TestWritersInterfaceLessClaim(t *testing.T) {
 
 			// The next pod must not get the same address.
 			next, err := a.Allocate(ctx, ipam.Request{Namespace: "db", Name: "db-1", UID: "uid-2", Annotations: ann,
-				Interfaces: []ipam.Interface{{Name: "net1"}}})
+				Interfaces: []ipam.NIC{{Name: "net1"}}})
 			require.NoError(t, err)
 			require.NotEqual(t, imported.IP, next.IPs[0].Address.Addr())
 			owned, err := st.Owned(ctx, req.Owner().Query())
@@ -306,7 +306,7 @@ func TestWritersOverlappingPools(t *testing.T) {
 	// trace, and the next candidate serves.
 	src.Set(ipam.MustParsePool(`{"name":"c","subnet":"10.2.0.0/24","ips":["10.2.0.10"]}`))
 	res, err := al.Allocate(ctx, ipam.Request{Namespace: "default", Name: "pod-u4", UID: "u4",
-		Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["b","c"]}`}, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+		Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["b","c"]}`}, Interfaces: []ipam.NIC{{Name: "eth0"}}})
 	require.NoError(t, err)
 	require.Equal(t, "c", res.IPs[0].Pool)
 	require.Contains(t, traceLines(res.Trace), `eth0 IPv4 b: filtered (rank 1): pool "b" overlaps pool "a" at 10.0.0.10-10.0.0.11`)
@@ -595,7 +595,7 @@ func TestWritersRepeatWithPoolsFiltered(t *testing.T) {
 			}
 			a := mustAllocator(t, src, st)
 			req := ipam.Request{Namespace: "default", Name: "web", UID: "u1",
-				Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["p"]}`}, Interfaces: []ipam.Interface{{Name: "eth0"}}}
+				Annotations: map[string]string{ipam.AnnotationIPPool: `{"ipv4":["p"]}`}, Interfaces: []ipam.NIC{{Name: "eth0"}}}
 			first, err := a.Allocate(ctx, req)
 			require.NoError(t, err)
 			src.Set(ipam.MustParsePool(`{"name":"p","subnet":"10.0.0.0/24","ips":["10.0.0.10-10.0.0.20"],"disable":true}`))

@@ -278,7 +278,7 @@ func (c allocateCase) env(b *testing.B) *allocateEnv {
 		_, ips := randomFill(p.Ranges[0].Subnet, float64(used)/float64(usable))
 		for _, ip := range ips {
 			req := ipam.Request{ContainerID: "fill-" + p.Name + "-" + ip.String(),
-				Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{p.Name}, IPs: []netip.Addr{ip}}}}
+				Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{p.Name}, IPs: []netip.Addr{ip}}}}
 			if _, err := env.alloc.Allocate(ctx, req); err != nil {
 				b.Fatal(err)
 			}
@@ -286,7 +286,7 @@ func (c allocateCase) env(b *testing.B) *allocateEnv {
 	}
 	for k := range window {
 		env.reqs = append(env.reqs, ipam.Request{ContainerID: "bench-" + strconv.Itoa(k),
-			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{pools[k%n].Name}}}})
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{pools[k%n].Name}}}})
 	}
 	// Collect the filling's garbage now, so that the timed allocations reuse
 	// its memory instead of paying for the heap's growth into fresh pages.

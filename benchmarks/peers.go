@@ -215,7 +215,7 @@ func OursTwoAllocators() Peer {
 
 type ours struct {
 	alloc  *ipam.Allocator
-	ifaces []ipam.Interface // one request's interfaces, shared: requests are read only
+	ifaces []ipam.NIC // one request's interfaces, shared: requests are read only
 	seq    int
 	closer func() error
 }
@@ -229,7 +229,7 @@ func newOurs(pool netip.Prefix, st store.Store) (*ours, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ours{alloc: a, ifaces: []ipam.Interface{{Name: "eth0", Pools: []string{poolName}}}}, nil
+	return &ours{alloc: a, ifaces: []ipam.NIC{{Name: "eth0", Pools: []string{poolName}}}}, nil
 }
 
 func (o *ours) Allocate(k int) (netip.Addr, error) {
@@ -249,7 +249,7 @@ func (o *ours) Claim(ips []netip.Addr) error {
 	for _, ip := range ips {
 		o.seq++
 		req := ipam.Request{ContainerID: fillOwner(o.seq),
-			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{poolName}, IPs: []netip.Addr{ip}}}}
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{poolName}, IPs: []netip.Addr{ip}}}}
 		if _, err := o.alloc.Allocate(ctx, req); err != nil {
 			return err
 		}

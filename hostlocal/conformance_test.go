@@ -134,7 +134,7 @@ func (r *runner) do(t *testing.T, i int, o op, want expectation) {
 	case "add":
 		var res ipam.Result
 		if err == nil {
-			res, err = r.alloc.Allocate(ctx, ipam.Request{ContainerID: o.ID, Interfaces: []ipam.Interface{
+			res, err = r.alloc.Allocate(ctx, ipam.Request{ContainerID: o.ID, Interfaces: []ipam.NIC{
 				{Name: o.Ifname, Pools: cfg.PoolNames(), IPs: cfg.Requested}}})
 		}
 		if want.Error != "" || want.ErrorPrefix != "" {
@@ -243,11 +243,11 @@ func TestCursorRules(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	add := func(id string, ips ...string) error {
-		iface := ipam.Interface{Name: "eth0", Pools: cfg.PoolNames()}
+		iface := ipam.NIC{Name: "eth0", Pools: cfg.PoolNames()}
 		for _, s := range ips {
 			iface.IPs = append(iface.IPs, netip.MustParseAddr(s))
 		}
-		_, err := a.Allocate(ctx, ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{iface}})
+		_, err := a.Allocate(ctx, ipam.Request{ContainerID: id, Interfaces: []ipam.NIC{iface}})
 		return err
 	}
 	cursors := func() [2]string {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -29,20 +30,20 @@ func (a *simAgent) String() string {
 // gcCall is one garbage collection: the snapshot's contents, its time, and
 // the options.
 type gcCall struct {
-	Now  time.Time          `json:"now"`
-	Pods []ipam.Pod         `json:"pods"`
-	Sets []ipam.StatefulSet `json:"sets"`
-	Opts ipam.GCOptions     `json:"opts"`
+	Now  time.Time        `json:"now"`
+	Pods []gc.Pod         `json:"pods"`
+	Sets []gc.StatefulSet `json:"sets"`
+	Opts gc.Options       `json:"opts"`
 }
 
 // collectWith runs c through a: a snapshot of its pods taken at its time,
-// then Allocator.CollectGarbage.
-func (c gcCall) collectWith(ctx context.Context, a *ipam.Allocator) ([]ipam.GCDecision, error) {
-	snap, err := ipam.NewGCSnapshot(c.Now, c.Pods, c.Sets)
+// then gc.Collect.
+func (c gcCall) collectWith(ctx context.Context, a *ipam.Allocator) ([]gc.Decision, error) {
+	snap, err := gc.NewSnapshot(c.Now, c.Pods, c.Sets)
 	if err != nil {
 		return nil, fmt.Errorf("the simulator's snapshot: %w", err)
 	}
-	return a.CollectGarbage(ctx, snap, c.Now, c.Opts)
+	return gc.Collect(ctx, a, snap, c.Now, c.Opts)
 }
 
 func (a *simAgent) allocate(ctx context.Context, req ipam.Request, now time.Time) (ipam.Result, error) {
@@ -66,7 +67,7 @@ func (a *simAgent) lookup(ctx context.Context, owner store.Owner) ([]store.Claim
 	return a.alloc.Lookup(ctx, owner)
 }
 
-func (a *simAgent) collect(ctx context.Context, c gcCall) ([]ipam.GCDecision, error) {
+func (a *simAgent) collect(ctx context.Context, c gcCall) ([]gc.Decision, error) {
 	if a.remote != nil {
 		return a.remote.collect(ctx, c)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/ipamtest"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"
@@ -105,11 +106,11 @@ func TestAgentsReusedClaimIsRepointed(t *testing.T) {
 	require.Equal(t, "uid-2", c.Owner.UID, "the claim of the address returned as reused to uid-2 must name uid-2")
 
 	// Otherwise garbage collection releases the running pod's address.
-	snap, err := ipam.NewGCSnapshot(t0.Add(time.Minute), []ipam.Pod{
-		{Namespace: "default", Name: "db-0", UID: "uid-2", Phase: ipam.PodRunning, NodeReady: true, HasIPs: true, ControllerKind: ipam.KindStatefulSet},
-	}, []ipam.StatefulSet{{Namespace: "default", Name: "db", Replicas: 1}})
+	snap, err := gc.NewSnapshot(t0.Add(time.Minute), []gc.Pod{
+		{Namespace: "default", Name: "db-0", UID: "uid-2", Phase: gc.PodRunning, NodeReady: true, HasIPs: true, ControllerKind: gc.KindStatefulSet},
+	}, []gc.StatefulSet{{Namespace: "default", Name: "db", Replicas: 1}})
 	require.NoError(t, err)
-	for _, d := range ipam.DecideGC([]store.Claim{c}, snap, t0.Add(time.Minute), ipam.GCOptions{}) {
+	for _, d := range gc.Decide([]store.Claim{c}, snap, t0.Add(time.Minute), gc.Options{}) {
 		require.False(t, d.Release, "%s: %s", d.Reason, d.Message)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -337,7 +337,7 @@ func (s *Sim) sortedKeys() []claimKey {
 // suspects are read back from the Store, so that a leak is reported only for
 // a claim that is really there.
 func (s *Sim) leakCheck() {
-	gc := s.opts.GC
+	opts := s.opts.GC
 	for _, k := range s.sortedKeys() {
 		h := s.index[k]
 		valid := h.w.stable && h.w.validMember(h.ord)
@@ -354,8 +354,8 @@ func (s *Sim) leakCheck() {
 			if s.nodeProtects(p) == "" {
 				why = string(p.phase) + " since " + s.offset(p.finished) + ", past its grace period"
 			}
-		case p.deletion.IsZero(), p.phase == ipam.PodPending:
-		case !p.node.ready && gc.DisableTerminatingOnNotReadyNode, p.node.ready && gc.DisableTerminatingOnReadyNode:
+		case p.deletion.IsZero(), p.phase == gc.PodPending:
+		case !p.node.ready && opts.DisableTerminatingOnNotReadyNode, p.node.ready && opts.DisableTerminatingOnReadyNode:
 		default:
 			why = "terminating since " + s.offset(p.deletion) + ", past its deadline"
 		}

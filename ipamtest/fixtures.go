@@ -270,7 +270,7 @@ func (b *PodBuilder) NetConf(nc ipam.NetConf) *PodBuilder {
 // Interface adds an interface; with no pools, its pools are selected by
 // Spiderpool's rules, else it gets one address from each, in order.
 func (b *PodBuilder) Interface(name string, pools ...string) *PodBuilder {
-	b.req.Interfaces = append(b.req.Interfaces, ipam.Interface{Name: name, Pools: slices.Clone(pools)})
+	b.req.Interfaces = append(b.req.Interfaces, ipam.NIC{Name: name, Pools: slices.Clone(pools)})
 	return b
 }
 
@@ -288,7 +288,7 @@ func (b *PodBuilder) Request() ipam.Request {
 	r.NetConf.DefaultIPv4Pools = slices.Clone(r.NetConf.DefaultIPv4Pools)
 	r.NetConf.DefaultIPv6Pools = slices.Clone(r.NetConf.DefaultIPv6Pools)
 	if len(r.Interfaces) == 0 {
-		r.Interfaces = []ipam.Interface{{Name: "eth0"}}
+		r.Interfaces = []ipam.NIC{{Name: "eth0"}}
 	} else {
 		r.Interfaces = slices.Clone(r.Interfaces)
 		for i := range r.Interfaces {

@@ -72,7 +72,7 @@ func TestPodBuilder(t *testing.T) {
 		Node:        "n1", NodeLabels: map[string]string{"zone": "a"},
 		NamespaceLabels: ns.Labels, NamespaceAnnotations: ns.Annotations,
 		NetConf:    ipam.NetConf{DefaultIPv4Pools: []string{"green"}},
-		Interfaces: []ipam.Interface{{Name: "eth0"}, {Name: "net1", Pools: []string{"green"}}},
+		Interfaces: []ipam.NIC{{Name: "eth0"}, {Name: "net1", Pools: []string{"green"}}},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("Request (-want +got):\n%s", d)
@@ -88,7 +88,7 @@ func TestPodBuilder(t *testing.T) {
 	require.Equal(t, "uid-2", again.UID)
 
 	// The default interface is eth0, left to selection.
-	require.Equal(t, []ipam.Interface{{Name: "eth0"}}, ipamtest.NewPod("default", "web").Request().Interfaces)
+	require.Equal(t, []ipam.NIC{{Name: "eth0"}}, ipamtest.NewPod("default", "web").Request().Interfaces)
 	require.Equal(t, "c0ffee", ipamtest.NewPod("", "").ContainerID("c0ffee").Request().ContainerID)
 }
 

@@ -55,7 +55,7 @@ var mutants = []mutant{
 		files: []string{"ownercache.go"},
 		edits: []edit{
 			{"holdings.go", "	cs, err := a.store.Owned(ctx, q)\n", "	cs, err := a.cachedOwned(ctx, q)\n"},
-			{"ipam.go", "	a.cursors, _ = a.store.(store.Cursors)\n", "	a.store = forgetOnWrite(a, a.store)\n	a.cursors, _ = a.store.(store.Cursors)\n"},
+			{"ipam.go", "	a.plan = planFor(a.store, a.static, a.log)\n", "	a.store = forgetOnWrite(a, a.store)\n	a.plan = planFor(a.store, a.static, a.log)\n"},
 		},
 		want: []ipamtest.Invariant{ipamtest.InvariantLookup, ipamtest.InvariantStore, ipamtest.InvariantKept, ipamtest.InvariantIdempotent, ipamtest.InvariantUnique, ipamtest.InvariantError},
 	},

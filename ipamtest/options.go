@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -53,7 +54,7 @@ const (
 	EventAgentRestart
 	// EventAdvance moves the clock forward by one second to a minute.
 	EventAdvance
-	// EventGC runs Allocator.CollectGarbage with a snapshot of the pod model.
+	// EventGC runs gc.Collect with a snapshot of the pod model.
 	EventGC
 	// EventFinish ends a running Deployment pod on a Ready node: its
 	// containers exit, it turns Failed or Succeeded and stays as an object,
@@ -167,7 +168,7 @@ type SimOptions struct {
 	SecondNIC int
 	// Requested is the share, in percent, of the Deployments that name their
 	// pools in the request whose pods also request one address of the first
-	// of them (ipam.Interface.IPs), so that they compete for it. Zero means 25,
+	// of them (ipam.NIC.IPs), so that they compete for it. Zero means 25,
 	// negative means none.
 	Requested int
 	// Mix weighs the events; the zero Mix means DefaultMix().
@@ -177,7 +178,7 @@ type SimOptions struct {
 	// GC are the options of every garbage collection. With
 	// GC.DisableStatefulSet, StatefulSet pods ask as ordinary owners and
 	// their DEL releases, as with Spiderpool's StatefulSet support off.
-	GC ipam.GCOptions
+	GC gc.Options
 	// Start is the simulated time at the first step; zero means
 	// 2026-01-01T00:00:00Z.
 	Start time.Time

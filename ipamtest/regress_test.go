@@ -224,7 +224,7 @@ func TestWritersLegacyClaimReleased(t *testing.T) {
 	// p no longer covers the legacy claim in it: that one is replaced.
 	src.Set(ipamtest.V4Pool("p", "10.0.0.0/24", ipamtest.Span("10.0.0.11", "10.0.0.19")))
 	al := allocator(t, src, st, 0)
-	req := ipam.Request{ContainerID: "c1", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p", "q"}}}}
+	req := ipam.Request{ContainerID: "c1", Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p", "q"}}}}
 	_, err := al.AllocateAt(ctx, req, t0)
 	require.NoError(t, err)
 	require.NoError(t, al.ReleaseAt(ctx, store.Owner{ContainerID: "c1", Interface: "eth0"}, t0))

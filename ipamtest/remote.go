@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -162,11 +163,11 @@ func (r *RemoteAgent) lookup(ctx context.Context, owner store.Owner) ([]store.Cl
 	return rep.Claims, err
 }
 
-func (r *RemoteAgent) collect(ctx context.Context, c gcCall) ([]ipam.GCDecision, error) {
+func (r *RemoteAgent) collect(ctx context.Context, c gcCall) ([]gc.Decision, error) {
 	rep, err := r.call(ctx, wireRequest{Op: "gc", GC: &c})
-	ds := make([]ipam.GCDecision, len(rep.Decisions))
+	ds := make([]gc.Decision, len(rep.Decisions))
 	for i, d := range rep.Decisions {
-		ds[i] = ipam.GCDecision{Claim: d.Claim, Release: d.Release, Reason: d.Reason, Message: d.Message, Applied: d.Applied, Err: d.Err.err()}
+		ds[i] = gc.Decision{Claim: d.Claim, Release: d.Release, Reason: d.Reason, Message: d.Message, Applied: d.Applied, Err: d.Err.err()}
 	}
 	return ds, err
 }
@@ -348,12 +349,12 @@ type wireKey struct {
 }
 
 type wireDecision struct {
-	Claim   store.Claim   `json:"claim"`
-	Release bool          `json:"release,omitempty"`
-	Reason  ipam.GCReason `json:"reason,omitempty"`
-	Message string        `json:"message,omitempty"`
-	Applied bool          `json:"applied,omitempty"`
-	Err     *wireError    `json:"err,omitempty"`
+	Claim   store.Claim `json:"claim"`
+	Release bool        `json:"release,omitempty"`
+	Reason  gc.Reason   `json:"reason,omitempty"`
+	Message string      `json:"message,omitempty"`
+	Applied bool        `json:"applied,omitempty"`
+	Err     *wireError  `json:"err,omitempty"`
 }
 
 // wireError is an error on the wire: its text, the sentinels it wraps, and

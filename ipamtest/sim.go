@@ -17,6 +17,7 @@ import (
 	"go4.org/netipx"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"
 )
@@ -174,7 +175,7 @@ type workload struct {
 	// another agent's operation (see interleave); it is not in Sim.works.
 	thief  bool
 	mode   selMode
-	ifaces []ipam.Interface
+	ifaces []ipam.NIC
 	annot  map[string]string
 	labels map[string]string
 	// families is how many addresses a pod gets (one per pool named, or
@@ -234,7 +235,7 @@ func (h *holder) String() string {
 
 // live reports whether h's pod runs and is not terminating.
 func (h *holder) live() bool {
-	return h.pod != nil && h.pod.phase == ipam.PodRunning && h.pod.deletion.IsZero()
+	return h.pod != nil && h.pod.phase == gc.PodRunning && h.pod.deletion.IsZero()
 }
 
 type simPod struct {
@@ -246,7 +247,7 @@ type simPod struct {
 	node     *simNode
 	req      ipam.Request
 	want     netip.Addr // the address it requests, if any
-	phase    ipam.PodPhase
+	phase    gc.PodPhase
 	deletion time.Time // deletion timestamp; zero if not terminating
 	finished time.Time // when it turned Succeeded or Failed; zero if it has not
 	grace    time.Duration
@@ -411,12 +412,12 @@ func (s *swapSource) DefaultPools() iter.Seq[*ipam.Pool] {
 // Deployment, its DEL run or lost.
 func (s *Sim) finish() bool {
 	p := s.pick(func(p *simPod) bool {
-		return !p.w.sts && p.active() && p.phase == ipam.PodRunning && p.finished.IsZero()
+		return !p.w.sts && p.active() && p.phase == gc.PodRunning && p.finished.IsZero()
 	})
 	if p == nil {
 		return false
 	}
-	p.phase = []ipam.PodPhase{ipam.PodFailed, ipam.PodSucceeded}[s.rng.IntN(2)]
+	p.phase = []gc.PodPhase{gc.PodFailed, gc.PodSucceeded}[s.rng.IntN(2)]
 	p.finished = s.now
 	p.hasIPs = false
 	p.w.live--
@@ -600,7 +601,7 @@ func (s *Sim) buildWorkloads() {
 			for _, f := range fams {
 				pools = append(pools, chosen[f]...)
 			}
-			w.ifaces = append(w.ifaces, ipam.Interface{Name: nic, Pools: pools})
+			w.ifaces = append(w.ifaces, ipam.NIC{Name: nic, Pools: pools})
 		}
 		if !w.sts && r.IntN(100) < s.opts.Requested {
 			if w.want = s.someAddress(w.ifaces[0].Pools[0]); w.want.IsValid() {
@@ -660,17 +661,17 @@ func (s *Sim) buildWorkloads() {
 		case modeAnnotation:
 			if len(nics) == 1 {
 				w.annot = map[string]string{ipam.AnnotationIPPool: "{" + families(pick(2)) + "}"}
-				w.ifaces = []ipam.Interface{{Name: "eth0"}}
+				w.ifaces = []ipam.NIC{{Name: "eth0"}}
 				break
 			}
 			var entries []string
 			for _, nic := range nics {
 				entries = append(entries, fmt.Sprintf(`{"interface":%q,%s}`, nic, families(pick(2))))
-				w.ifaces = append(w.ifaces, ipam.Interface{Name: nic})
+				w.ifaces = append(w.ifaces, ipam.NIC{Name: nic})
 			}
 			w.annot = map[string]string{ipam.AnnotationIPPools: "[" + strings.Join(entries, ",") + "]"}
 		default:
-			w.ifaces = []ipam.Interface{{Name: "eth0"}}
+			w.ifaces = []ipam.NIC{{Name: "eth0"}}
 		}
 		s.resolve(w)
 		s.works = append(s.works, w)
@@ -1010,7 +1011,7 @@ func (s *Sim) create() bool {
 // newPod creates a pod object of w (member ord of a StatefulSet) on node n.
 func (s *Sim) newPod(w *workload, ord int, n *simNode) *simPod {
 	s.uids++
-	p := &simPod{w: w, uid: fmt.Sprintf("u%06d", s.uids), node: n, phase: ipam.PodPending, grace: graces[s.rng.IntN(len(graces))]}
+	p := &simPod{w: w, uid: fmt.Sprintf("u%06d", s.uids), node: n, phase: gc.PodPending, grace: graces[s.rng.IntN(len(graces))]}
 	if w.sts {
 		p.name = w.name + "-" + strconv.Itoa(ord)
 		h := w.members[ord]
@@ -1068,7 +1069,7 @@ func (s *Sim) addVia(p *simPod, ev Event, ag int) {
 	// What the pod holds now, after any operation interleaved with this
 	// one: the call must agree with that, or fail with a conflict.
 	held := slices.Clone(h.addrs)
-	repeat := p.phase == ipam.PodRunning
+	repeat := p.phase == gc.PodRunning
 	s.marked = append(s.marked, before...)
 	s.marked = append(s.marked, held...)
 	if err != nil {
@@ -1198,7 +1199,7 @@ func (s *Sim) addVia(p *simPod, ev Event, ag int) {
 	for _, k := range h.addrs {
 		s.hold(k, h)
 	}
-	p.phase = ipam.PodRunning
+	p.phase = gc.PodRunning
 	p.hasIPs = true
 }
 
@@ -1631,7 +1632,7 @@ func (s *Sim) end(p *simPod, ev Event, verb string) {
 
 func (s *Sim) recreate() bool {
 	p := s.pick(func(p *simPod) bool {
-		return p.w.sts && p.active() && p.phase == ipam.PodRunning && p.w.validMember(p.h.ord)
+		return p.w.sts && p.active() && p.phase == gc.PodRunning && p.w.validMember(p.h.ord)
 	})
 	if p == nil {
 		return false
@@ -1732,12 +1733,12 @@ func (s *Sim) collect() {
 }
 
 func (s *Sim) collectVia(ag int) {
-	pods := make([]ipam.Pod, 0, len(s.pods))
+	pods := make([]gc.Pod, 0, len(s.pods))
 	for _, p := range s.pods {
 		if p.w.container {
 			continue // no pod object: garbage collection knows nothing of it
 		}
-		gp := ipam.Pod{
+		gp := gc.Pod{
 			Namespace: p.w.ns.Name, Name: p.name, UID: p.uid,
 			Phase:                  p.phase,
 			DeletionTimestamp:      p.deletion,
@@ -1751,13 +1752,13 @@ func (s *Sim) collectVia(ag int) {
 			gp.DeletionGracePeriod = p.grace
 		}
 		if p.w.sts {
-			gp.ControllerKind = ipam.KindStatefulSet
+			gp.ControllerKind = gc.KindStatefulSet
 		}
 		pods = append(pods, gp)
 	}
-	sets := make([]ipam.StatefulSet, 0, len(s.sets))
+	sets := make([]gc.StatefulSet, 0, len(s.sets))
 	for _, w := range s.sets {
-		sets = append(sets, ipam.StatefulSet{Namespace: w.ns.Name, Name: w.name, Replicas: w.replicas})
+		sets = append(sets, gc.StatefulSet{Namespace: w.ns.Name, Name: w.name, Replicas: w.replicas})
 	}
 	outer := s.startOp(opGC, nil, ag)
 	ds, err := s.agents[ag].collect(s.ctx, gcCall{Now: s.now, Pods: pods, Sets: sets, Opts: s.opts.GC})
@@ -1835,7 +1836,7 @@ func (s *Sim) protected(h *holder, k claimKey) string {
 	if p.deletion.IsZero() {
 		return "is not terminating"
 	}
-	if p.phase == ipam.PodPending {
+	if p.phase == gc.PodPending {
 		return "is Pending"
 	}
 	if deadline := p.deletion.Add(s.opts.GC.AdditionalGraceDelay); s.now.Before(deadline) {

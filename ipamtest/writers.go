@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -311,7 +312,7 @@ func (s *Sim) interpose(ag int, call storeCall, k claimKey, read []store.Claim) 
 		run = func() {
 			b := s.otherAgent(o.agent)
 			n := s.release(o.p, "", b)
-			o.p.phase, o.p.hasIPs = ipam.PodPending, false
+			o.p.phase, o.p.hasIPs = gc.PodPending, false
 			s.record(entry{ev: EventDelete, pod: o.p, agent: s.agentNote(b), note: fmt.Sprintf("the DEL of its old sandbox released %d", n)})
 			s.steal(k, o.agent, b)
 		}
@@ -342,9 +343,9 @@ func (s *Sim) steal(k claimKey, not ...int) {
 	}
 	p := s.newPod(s.w.thief, -1, s.readyNode())
 	p.want = k.ip
-	p.req.Interfaces = []ipam.Interface{{Name: "eth0", Pools: []string{k.pool}, IPs: []netip.Addr{k.ip}}}
+	p.req.Interfaces = []ipam.NIC{{Name: "eth0", Pools: []string{k.pool}, IPs: []netip.Addr{k.ip}}}
 	s.addVia(p, EventCreate, c)
-	if p.phase != ipam.PodRunning {
+	if p.phase != gc.PodRunning {
 		s.remove(p)
 	} else {
 		s.stats.Stolen++
@@ -355,7 +356,7 @@ func (s *Sim) steal(k claimKey, not ...int) {
 func (s *Sim) thiefWorkload(ns *Namespace) *workload {
 	w := &workload{name: "new", ns: ns, thief: true, mode: modeExplicit, families: 1,
 		container: s.opts.Deployments == 0 && s.opts.StatefulSets == 0,
-		ifaces:    []ipam.Interface{{Name: "eth0"}}, // its pool and address are each pod's
+		ifaces:    []ipam.NIC{{Name: "eth0"}}, // its pool and address are each pod's
 		labels:    map[string]string{"app": "new"},
 		perIface:  map[string]int{"eth0": 1},
 		allowed:   map[string]map[string]bool{"eth0": {}},
@@ -448,7 +449,7 @@ func (s *Sim) importOne() bool {
 		h.iface[k], h.uids[k] = "", p.uid
 		s.hold(k, h)
 	}
-	p.phase, p.hasIPs = ipam.PodRunning, true
+	p.phase, p.hasIPs = gc.PodRunning, true
 	note := "claims recording no interface (Spiderpool's)"
 	if w.container {
 		note = "host-local legacy claims (container ID only)"

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 )
 
 // This file finds a pod's application (its top controller), for
@@ -104,7 +105,7 @@ func Application(obj metav1.Object) (app ipam.Application, ok bool, err error) {
 			return app, false, nil
 		}
 		app.Replicas, tmpl = intPtr(o.Spec.Replicas), &o.Spec.Template
-		app.AppRef = objApp("apps/v1", ipam.KindStatefulSet, o)
+		app.AppRef = objApp("apps/v1", gc.KindStatefulSet, o)
 	case *appsv1.DaemonSet:
 		if o == nil {
 			return app, false, nil

@@ -20,7 +20,7 @@
 // cache may be passed as they are.
 //
 // GCPod, GCStatefulSet and NodeReady describe pods, StatefulSets and nodes
-// as ipam.DecideGC judges them.
+// as gc.Decide judges them.
 //
 // Its subpackages talk to a live cluster through client-go:
 //
@@ -29,7 +29,7 @@
 //   - kubepools is an ipam.PoolSource fed by informers from a Spiderpool
 //     cluster's SpiderIPPool and SpiderReservedIP objects (or read once);
 //   - kubegc is a garbage collector of pod claims: informers on pods,
-//     StatefulSets and nodes, ipam.DecideGC, releases through the Store,
+//     StatefulSets and nodes, gc.Decide, releases through the Store,
 //     safe to run as several replicas;
 //   - kubeclient reads pods, namespaces, nodes and StatefulSets without
 //     client-go's generated clientset, and finds a cluster's client config;

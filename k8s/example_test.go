@@ -71,7 +71,7 @@ func ExampleRequest() {
 	fmt.Println(req.Labels, req.NamespaceLabels, req.NodeLabels)
 	fmt.Println(req.Interfaces[0].Name)
 
-	req = k8s.Request(pod, ns, node, ipam.Interface{Name: "net1", Network: "shop/macvlan"})
+	req = k8s.Request(pod, ns, node, ipam.NIC{Name: "net1", Network: "shop/macvlan"})
 	fmt.Println(req.Interfaces[0].Name, req.Interfaces[0].Network)
 	// Output:
 	// shop web-0 7d1c node-1

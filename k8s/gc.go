@@ -7,23 +7,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 )
 
 // defaultTerminationGracePeriod is what Kubernetes fills in for a pod whose
 // spec.terminationGracePeriodSeconds is unset.
 const defaultTerminationGracePeriod = 30 * time.Second
 
-// GCPod describes a pod as garbage collection (ipam.DecideGC) sees it. node
+// GCPod describes a pod as garbage collection (gc.Decide) sees it. node
 // is the pod's node, or nil if it is unknown or gone, which counts as not
 // Ready. An unset spec.terminationGracePeriodSeconds counts as 30 seconds,
 // Kubernetes' default. The result shares no memory with the objects.
-func GCPod(pod *corev1.Pod, node *corev1.Node) ipam.Pod {
-	p := ipam.Pod{
+func GCPod(pod *corev1.Pod, node *corev1.Node) gc.Pod {
+	p := gc.Pod{
 		Namespace:              pod.Namespace,
 		Name:                   pod.Name,
 		UID:                    string(pod.UID),
-		Phase:                  ipam.PodPhase(pod.Status.Phase),
+		Phase:                  gc.PodPhase(pod.Status.Phase),
 		HostNetwork:            pod.Spec.HostNetwork,
 		HasIPs:                 len(pod.Status.PodIPs) > 0 || pod.Status.PodIP != "",
 		ControllerKind:         ControllerKind(pod),
@@ -49,8 +49,8 @@ func GCPod(pod *corev1.Pod, node *corev1.Node) ipam.Pod {
 
 // GCStatefulSet describes a StatefulSet as garbage collection sees it: an
 // unset spec.replicas counts as 1, Kubernetes' default.
-func GCStatefulSet(s *appsv1.StatefulSet) ipam.StatefulSet {
-	out := ipam.StatefulSet{Namespace: s.Namespace, Name: s.Name, Replicas: 1}
+func GCStatefulSet(s *appsv1.StatefulSet) gc.StatefulSet {
+	out := gc.StatefulSet{Namespace: s.Namespace, Name: s.Name, Replicas: 1}
 	if s.Spec.Replicas != nil {
 		out.Replicas = int(*s.Spec.Replicas)
 	}

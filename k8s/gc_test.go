@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 )
 
 func TestGCPod(t *testing.T) {
@@ -40,10 +40,10 @@ func TestGCPod(t *testing.T) {
 		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse},
 		{Type: corev1.NodeReady, Status: corev1.ConditionTrue},
 	}}}
-	want := ipam.Pod{
-		Namespace: "shop", Name: "db-1", UID: "u1", Phase: ipam.PodFailed,
+	want := gc.Pod{
+		Namespace: "shop", Name: "db-1", UID: "u1", Phase: gc.PodFailed,
 		DeletionTimestamp: at, DeletionGracePeriod: 10 * time.Second, TerminationGracePeriod: 45 * time.Second,
-		FinishedAt: at.Add(-time.Second), NodeReady: true, HasIPs: true, ControllerKind: ipam.KindStatefulSet,
+		FinishedAt: at.Add(-time.Second), NodeReady: true, HasIPs: true, ControllerKind: gc.KindStatefulSet,
 	}
 	if diff := cmp.Diff(want, GCPod(pod, ready)); diff != "" {
 		t.Errorf("GCPod (-want +got):\n%s", diff)
@@ -52,7 +52,7 @@ func TestGCPod(t *testing.T) {
 	// Defaults: no grace period set is 30 s; no node, or a node whose Ready
 	// condition is not True, is not Ready.
 	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "u2"}, Status: corev1.PodStatus{PodIP: "10.0.0.2"}}
-	want = ipam.Pod{Namespace: "shop", Name: "web", UID: "u2", TerminationGracePeriod: 30 * time.Second, HasIPs: true}
+	want = gc.Pod{Namespace: "shop", Name: "web", UID: "u2", TerminationGracePeriod: 30 * time.Second, HasIPs: true}
 	unknown := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}}}
 	for _, node := range []*corev1.Node{nil, {}, unknown} {
 		if diff := cmp.Diff(want, GCPod(bare, node)); diff != "" {
@@ -65,11 +65,11 @@ func TestGCStatefulSet(t *testing.T) {
 	three := int32(3)
 	got := GCStatefulSet(&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"},
 		Spec: appsv1.StatefulSetSpec{Replicas: &three, Ordinals: &appsv1.StatefulSetOrdinals{Start: 5}}})
-	if want := (ipam.StatefulSet{Namespace: "shop", Name: "db", Replicas: 3, OrdinalsStart: 5}); got != want {
+	if want := (gc.StatefulSet{Namespace: "shop", Name: "db", Replicas: 3, OrdinalsStart: 5}); got != want {
 		t.Errorf("GCStatefulSet = %+v, want %+v", got, want)
 	}
 	got = GCStatefulSet(&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"}})
-	if want := (ipam.StatefulSet{Namespace: "shop", Name: "db", Replicas: 1}); got != want {
+	if want := (gc.StatefulSet{Namespace: "shop", Name: "db", Replicas: 1}); got != want {
 		t.Errorf("GCStatefulSet without replicas = %+v, want %+v", got, want)
 	}
 }

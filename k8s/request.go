@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 )
 
 // DefaultInterface is the interface Request asks for when it is given none:
@@ -17,7 +18,7 @@ const DefaultInterface = "eth0"
 // the node it is scheduled to.
 //
 // It fills Namespace, Name, UID, Labels and Annotations from pod; Stable
-// when the pod is controlled by a StatefulSet (ipam.KindStatefulSet: its
+// when the pod is controlled by a StatefulSet (gc.KindStatefulSet: its
 // addresses then belong to its namespace and name, and come back to the
 // pod that takes the name next); Node from pod.Spec.NodeName; NodeLabels from node; and NamespaceLabels and
 // NamespaceAnnotations from ns. A nil pod, ns or node leaves its fields empty.
@@ -32,7 +33,7 @@ const DefaultInterface = "eth0"
 //
 // The Request shares no memory with the objects or with ifaces, so objects
 // from an informer's cache are safe to pass.
-func Request(pod *corev1.Pod, ns *corev1.Namespace, node *corev1.Node, ifaces ...ipam.Interface) ipam.Request {
+func Request(pod *corev1.Pod, ns *corev1.Namespace, node *corev1.Node, ifaces ...ipam.NIC) ipam.Request {
 	var req ipam.Request
 	if pod != nil {
 		req.Namespace = pod.Namespace
@@ -41,7 +42,7 @@ func Request(pod *corev1.Pod, ns *corev1.Namespace, node *corev1.Node, ifaces ..
 		req.Labels = maps.Clone(pod.Labels)
 		req.Annotations = maps.Clone(pod.Annotations)
 		req.Node = pod.Spec.NodeName
-		req.Stable = ControllerKind(pod) == ipam.KindStatefulSet
+		req.Stable = ControllerKind(pod) == gc.KindStatefulSet
 	}
 	if node != nil {
 		req.NodeLabels = maps.Clone(node.Labels)
@@ -51,9 +52,9 @@ func Request(pod *corev1.Pod, ns *corev1.Namespace, node *corev1.Node, ifaces ..
 		req.NamespaceAnnotations = maps.Clone(ns.Annotations)
 	}
 	if len(ifaces) == 0 {
-		req.Interfaces = []ipam.Interface{{Name: DefaultInterface}}
+		req.Interfaces = []ipam.NIC{{Name: DefaultInterface}}
 	} else {
-		req.Interfaces = make([]ipam.Interface, len(ifaces))
+		req.Interfaces = make([]ipam.NIC, len(ifaces))
 		for i, ifc := range ifaces {
 			ifc.Pools = slices.Clone(ifc.Pools)
 			ifc.IPs = slices.Clone(ifc.IPs)

@@ -33,7 +33,7 @@ func TestRequest(t *testing.T) {
 		Name:   "node-1",
 		Labels: map[string]string{"zone": "a"},
 	}}
-	eth0 := []ipam.Interface{{Name: "eth0"}}
+	eth0 := []ipam.NIC{{Name: "eth0"}}
 	podOnly := ipam.Request{
 		Namespace:   "shop",
 		Name:        "web-0",
@@ -48,7 +48,7 @@ func TestRequest(t *testing.T) {
 	full.NamespaceLabels = map[string]string{"team": "retail"}
 	full.NamespaceAnnotations = map[string]string{"ipam.spidernet.io/default-ipv4-ippool": `["green"]`}
 
-	twoIfaces := []ipam.Interface{
+	twoIfaces := []ipam.NIC{
 		{Name: "eth0", Pools: []string{"blue"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}},
 		{Name: "net1", Network: "shop/macvlan"},
 	}
@@ -60,7 +60,7 @@ func TestRequest(t *testing.T) {
 		pod    *corev1.Pod
 		ns     *corev1.Namespace
 		node   *corev1.Node
-		ifaces []ipam.Interface
+		ifaces []ipam.NIC
 		want   ipam.Request
 	}{
 		{"pod, namespace and node", pod, ns, node, nil, full},
@@ -102,7 +102,7 @@ func TestRequestCopies(t *testing.T) {
 		Annotations: map[string]string{"b": "2"},
 	}}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"zone": "a"}}}
-	ifaces := []ipam.Interface{{Name: "eth0", Pools: []string{"blue"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}}}
+	ifaces := []ipam.NIC{{Name: "eth0", Pools: []string{"blue"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.5")}}}
 
 	req := Request(pod, ns, node, ifaces...)
 	req.Labels["app"] = "x"

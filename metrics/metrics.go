@@ -44,7 +44,7 @@
 //	ipamkit_allocations_total{result}          Allocate calls by result (see Result)
 //	ipamkit_allocation_duration_seconds        histogram of Allocate calls' latency
 //	ipamkit_releases_total{result}             Release, ReleaseClaim and ReleaseIP calls by result
-//	ipamkit_gc_released_total{reason}          claims garbage collection released, by ipam.GCReason
+//	ipamkit_gc_released_total{reason}          claims garbage collection released, by gc.Reason
 //
 // Garbage collection reports through GCReleased or GCDecisions, which the
 // program that runs the collection calls with what it released. No metric
@@ -68,6 +68,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 )
 
 // Results of an allocation or a release, the values of the result label.
@@ -194,16 +195,16 @@ func (r *Recorder) Released(ev ipam.ReleaseEvent) {
 }
 
 // GCReleased counts n claims that garbage collection released for reason.
-func (r *Recorder) GCReleased(reason ipam.GCReason, n int) {
+func (r *Recorder) GCReleased(reason gc.Reason, n int) {
 	if n > 0 {
 		r.gc.WithLabelValues(string(reason)).Add(float64(n))
 	}
 }
 
 // GCDecisions counts the claims that decisions (from
-// ipam.Allocator.CollectGarbage or a runner that applies ipam.DecideGC)
+// gc.Collect or a runner that applies gc.Decide)
 // released: those Applied.
-func (r *Recorder) GCDecisions(decisions []ipam.GCDecision) {
+func (r *Recorder) GCDecisions(decisions []gc.Decision) {
 	for _, d := range decisions {
 		if d.Release && d.Applied {
 			r.gc.WithLabelValues(string(d.Reason)).Inc()

@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/ipamtest"
 	"github.com/ipamkit/ipam/metrics"
 	"github.com/ipamkit/ipam/store"
@@ -140,7 +141,7 @@ func TestGaugesOverSimulation(t *testing.T) {
 }
 
 func request(id, pool string) ipam.Request {
-	return ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{pool}}}}
+	return ipam.Request{ContainerID: id, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{pool}}}}
 }
 
 // TestDeletedPoolLeavesNoSeries: a pool removed from the PoolSource has no
@@ -235,10 +236,10 @@ func TestRecorder(t *testing.T) {
 	if err := a.ReleaseIP(ctx, "p", netip.MustParseAddr("10.0.0.1")); err == nil {
 		t.Fatal("ReleaseIP of a free address succeeded")
 	}
-	rec.GCReleased(ipam.GCReleasePodGone, 2)
-	rec.GCDecisions([]ipam.GCDecision{
-		{Release: true, Applied: true, Reason: ipam.GCReleaseUIDMismatch},
-		{Release: true, Applied: false, Reason: ipam.GCReleaseUIDMismatch}, // not released
+	rec.GCReleased(gc.ReleasePodGone, 2)
+	rec.GCDecisions([]gc.Decision{
+		{Release: true, Applied: true, Reason: gc.ReleaseUIDMismatch},
+		{Release: true, Applied: false, Reason: gc.ReleaseUIDMismatch}, // not released
 		{Release: false, Reason: "kept"},
 	})
 	want := map[string]float64{
@@ -339,19 +340,19 @@ func TestGCDecisions(t *testing.T) {
 	}
 	for _, name := range []string{"web", "gone", "old"} {
 		req := ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name,
-			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"blue"}}}}
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"blue"}}}}
 		if _, err := a.AllocateAt(ctx, req, now.Add(-time.Hour)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	snap, err := ipam.NewGCSnapshot(now, []ipam.Pod{
-		{Namespace: "default", Name: "web", UID: "uid-web", Phase: ipam.PodRunning, NodeReady: true, HasIPs: true},
-		{Namespace: "default", Name: "old", UID: "uid-new", Phase: ipam.PodRunning, NodeReady: true, HasIPs: true},
+	snap, err := gc.NewSnapshot(now, []gc.Pod{
+		{Namespace: "default", Name: "web", UID: "uid-web", Phase: gc.PodRunning, NodeReady: true, HasIPs: true},
+		{Namespace: "default", Name: "old", UID: "uid-new", Phase: gc.PodRunning, NodeReady: true, HasIPs: true},
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds, err := a.CollectGarbage(ctx, snap, now, ipam.GCOptions{})
+	ds, err := gc.Collect(ctx, a, snap, now, gc.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

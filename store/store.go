@@ -19,10 +19,35 @@
 // memory.
 //
 // Optional capabilities are separate interfaces found by type assertion, as in
-// io/fs: Cursors (a per-pool "last reserved address" hint), CursorCreator (a
-// Create that moves that hint in the same call), ExclusiveCreator (a Create
-// that also checks what the owner holds, in the same atomic step) and Watcher
-// (a stream of every change).
+// io/fs. An Allocator looks for them once, when it is made, and picks how it
+// works from what it finds. They fall in two groups.
+//
+// Capabilities that only save time (without them the Allocator makes the same
+// promises, with more Store calls):
+//
+//   - Cursors: a per-pool "last reserved address" hint, host-local's
+//     last_reserved_ip, from which round-robin resumes in a new process;
+//   - CursorCreator: a Create that moves that hint in the same call (one call
+//     per new address instead of two);
+//   - PoolVersioner: a pool version that confirms "exhausted" without a List;
+//   - Watcher: a stream of every change, which keeps an Allocator's hints
+//     current (Allocator.Follow);
+//   - OwnedAtLeast and AddressClaimsAtLeast: Owned and AddressClaims answered
+//     from a cache that has caught up with a given revision.
+//
+// Capabilities that change what the Allocator can promise:
+//
+//   - ExclusiveCreator: a Create that also checks what the owner holds, in the
+//     same atomic step: racing calls for one owner never both create;
+//   - OrderedRevisions: revisions that follow the order of writes, by which
+//     racing creates for one owner always settle on one claim (without it,
+//     three or more racing calls may leave the owner a second claim on an
+//     interface, released with it);
+//   - AddressReader: the claims of one address in every pool, without which
+//     an Allocator on a PoolSource whose pools may overlap or move cannot see
+//     an address held through another pool;
+//   - ClaimLister: every claim of every pool, without which garbage
+//     collection does not find the claims of a pool no PoolSource names.
 package store
 
 import (

@@ -14,6 +14,9 @@
 // container held; requested addresses are checked before anything is
 // allocated; every invocation has a 100 s deadline, and a lost race or the
 // deadline is error 11, try again later.
+//
+// VERSION also says the plugin's own version (pluginVersion), and so does the
+// text printed when the plugin runs without CNI_COMMAND.
 package main
 
 import (
@@ -22,8 +25,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/ipamkit/ipam/cmd/internal/buildinfo"
 	"github.com/ipamkit/ipam/cmd/internal/limited"
 )
 
@@ -44,7 +47,7 @@ func main() {
 		}
 	}
 	p := &plugin{open: openState, stdout: os.Stdout, warn: os.Stderr, timeout: defaultTimeout}
-	skel.PluginMainFuncs(p.funcs(), version.All, "CNI IPAM plugin cni-ipam (github.com/ipamkit/ipam)")
+	skel.PluginMainFuncs(p.funcs(), versionInfo{plugin: buildinfo.Version()}, about())
 }
 
 // limitStdin reads stdin up to max bytes and gives skel what it read, or

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/internal/texttable"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/store"
@@ -138,7 +139,7 @@ func (c *cluster) pod(namespace, name string) *corev1.Pod {
 // StatefulSet in the input would name a pod so.
 func (c *cluster) statefulName(namespace, name string) bool {
 	if p := c.pod(namespace, name); p != nil {
-		return k8s.ControllerKind(p) == ipam.KindStatefulSet
+		return k8s.ControllerKind(p) == gc.KindStatefulSet
 	}
 	i := strings.LastIndexByte(name, '-')
 	if i <= 0 || i == len(name)-1 || strings.Trim(name[i+1:], "0123456789") != "" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/k8s/kubestore"
 	"github.com/ipamkit/ipam/store"
@@ -15,10 +16,10 @@ import (
 
 // runGC judges every existing claim (status.allocatedIPs, and a live
 // cluster's IPClaims) with the library's garbage collection rules
-// (ipam.DecideGC, default options) against the pods, nodes and StatefulSets
+// (gc.Decide, default options) against the pods, nodes and StatefulSets
 // of the input, at --now or the current time. With --release (a live
 // cluster only), it releases the IPClaims judged releasable, each at the
-// revision it was read at (Allocator.CollectGarbage).
+// revision it was read at (gc.Collect).
 func runGC(ctx context.Context, args []string, in *input, stdout, stderr io.Writer, clock func() time.Time) int {
 	var (
 		out     = output("table")
@@ -62,7 +63,7 @@ func runGC(ctx context.Context, args []string, in *input, stdout, stderr io.Writ
 	// Pools that overlap cannot all be right: their claims are not judged
 	// (the problems say which were left out), as explain does not use them.
 	c.dropOverlaps()
-	snap, err := ipam.NewGCSnapshot(now, c.gcPods(), c.gcSets())
+	snap, err := gc.NewSnapshot(now, c.gcPods(), c.gcSets())
 	if err != nil {
 		printProblems(stderr, c)
 		for _, line := range errorLines("", err) {
@@ -79,7 +80,7 @@ func runGC(ctx context.Context, args []string, in *input, stdout, stderr io.Writ
 	if c.live {
 		now = clock()
 	}
-	ds := ipam.DecideGC(claims, snap, now, ipam.GCOptions{})
+	ds := gc.Decide(claims, snap, now, gc.Options{})
 	if release {
 		live, err := collectLive(ctx, in.kubeconfig, c, snap, now)
 		if err != nil {
@@ -87,7 +88,7 @@ func runGC(ctx context.Context, args []string, in *input, stdout, stderr io.Writ
 		}
 		ds = append(ds, live...)
 	} else {
-		ds = append(ds, ipam.DecideGC(c.liveClaims, snap, now, ipam.GCOptions{})...)
+		ds = append(ds, gc.Decide(c.liveClaims, snap, now, gc.Options{})...)
 	}
 	if out == "json" {
 		err = writeGCJSON(stdout, now, ds)
@@ -101,10 +102,10 @@ func runGC(ctx context.Context, args []string, in *input, stdout, stderr io.Writ
 	return printProblems(stderr, c)
 }
 
-// collectLive releases the IPClaims of c's pools that DecideGC releases
+// collectLive releases the IPClaims of c's pools that gc.Decide releases
 // against snap, through the cluster's API, each at the revision it is read
 // at: they are read again after snap was taken.
-func collectLive(ctx context.Context, kubeconfig string, c *cluster, snap *ipam.GCSnapshot, now time.Time) ([]ipam.GCDecision, error) {
+func collectLive(ctx context.Context, kubeconfig string, c *cluster, snap *gc.Snapshot, now time.Time) ([]gc.Decision, error) {
 	cfg, err := liveConfig(kubeconfig)
 	if err != nil {
 		return nil, err
@@ -121,12 +122,12 @@ func collectLive(ctx context.Context, kubeconfig string, c *cluster, snap *ipam.
 	if err != nil {
 		return nil, err
 	}
-	return a.CollectGarbage(ctx, snap, now, ipam.GCOptions{})
+	return gc.Collect(ctx, a, snap, now, gc.Options{})
 }
 
 // gcPods describes the input's pods as garbage collection sees them.
-func (c *cluster) gcPods() []ipam.Pod {
-	out := make([]ipam.Pod, 0, len(c.pods))
+func (c *cluster) gcPods() []gc.Pod {
+	out := make([]gc.Pod, 0, len(c.pods))
 	for _, po := range c.pods {
 		gp := k8s.GCPod(po.pod, c.nodes[po.pod.Spec.NodeName])
 		gp.UID = podUID(po.pod)
@@ -136,15 +137,15 @@ func (c *cluster) gcPods() []ipam.Pod {
 }
 
 // gcSets describes the input's StatefulSets as garbage collection sees them.
-func (c *cluster) gcSets() []ipam.StatefulSet {
-	out := make([]ipam.StatefulSet, 0, len(c.sets))
+func (c *cluster) gcSets() []gc.StatefulSet {
+	out := make([]gc.StatefulSet, 0, len(c.sets))
 	for _, so := range c.sets {
 		out = append(out, k8s.GCStatefulSet(so.set))
 	}
 	return out
 }
 
-func decision(d ipam.GCDecision) string {
+func decision(d gc.Decision) string {
 	switch {
 	case d.Applied:
 		return "released"
@@ -156,7 +157,7 @@ func decision(d ipam.GCDecision) string {
 	return "keep"
 }
 
-func writeGCTable(w io.Writer, now time.Time, ds []ipam.GCDecision) error {
+func writeGCTable(w io.Writer, now time.Time, ds []gc.Decision) error {
 	n := 0
 	for _, d := range ds {
 		if d.Release {
@@ -207,7 +208,7 @@ type (
 	}
 )
 
-func writeGCJSON(w io.Writer, now time.Time, ds []ipam.GCDecision) error {
+func writeGCJSON(w io.Writer, now time.Time, ds []gc.Decision) error {
 	out := jsonGC{Now: now.UTC().Format(time.RFC3339), Claims: make([]jsonGCClaim, 0, len(ds))}
 	for _, d := range ds {
 		o := d.Claim.Owner

@@ -6,6 +6,7 @@
 //	ipamctl validate -f FILE...
 //	ipamctl gc (-f FILE... [--now RFC3339] | --kubeconfig FILE [--release]) [-o table|json]
 //	ipamctl plan -f FILE... [--default-ip-number N|+N] [-o table|json]
+//	ipamctl version
 //
 // explain allocates every pod, in file order, against one in-memory store
 // that holds the pools' existing claims (status.allocatedIPs), and prints for
@@ -16,7 +17,8 @@
 // and why. plan says which SpiderSubnet auto-pools each application
 // (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob) needs, with
 // their addresses and labels, and each SpiderSubnet's counts once they are
-// made. See README.md for the output formats.
+// made. version prints the version of module github.com/ipamkit/ipam/cmd
+// the binary was built from ("(devel)" for a build in a workspace). See README.md for the output formats.
 //
 // Input is read from files or standard input (-f -), each up to -max-input;
 // a List is read item by item, objects of kinds ipamctl does not read are
@@ -39,6 +41,7 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/cmd/internal/buildinfo"
 	"github.com/ipamkit/ipam/cmd/internal/limited"
 )
 
@@ -64,6 +67,7 @@ commands:
   plan      the SpiderSubnet auto-pools each application needs, and each
             subnet's counts
             -f FILE... [--default-ip-number N|+N] [-o table|json]
+  version   the version of ipamctl
 
 FILE is YAML or JSON, one or more documents, or a List as kubectl prints it;
 "-" is standard input. Each is read up to -max-input (default 256MiB).
@@ -99,6 +103,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runPools(ctx, args[1:], in, stdout, stderr, clock)
 	case "who":
 		return runWho(ctx, args[1:], in, stdout, stderr, clock)
+	case "version":
+		fmt.Fprintf(stdout, "ipamctl %s\n", buildinfo.Version())
+		return exitOK
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

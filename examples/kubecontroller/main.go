@@ -15,7 +15,7 @@
 //     with the Store's watch, so its creates seldom meet a taken address,
 //     and replicas claim from different parts of a pool;
 //   - kubegc.New: the garbage collector, which judges claims against the
-//     cluster's pods, StatefulSets and nodes with ipam.DecideGC and
+//     cluster's pods, StatefulSets and nodes with gc.Decide and
 //     releases what it must, once, whichever replica gets there first.
 //
 // Run it against a cluster whose CRDs are installed (the repository's

@@ -34,7 +34,6 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
-	"github.com/ipamkit/ipam/internal/texttable"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -267,7 +266,7 @@ func (p pod) request(c *cluster) ipam.Request {
 		Node: p.Node, NodeLabels: c.Nodes[p.Node],
 		NamespaceLabels: ns.Labels, NamespaceAnnotations: ns.Annotations}
 	for _, ifc := range p.Interfaces {
-		in := ipam.Interface{Name: ifc.Name, Pools: ifc.Pools}
+		in := ipam.NIC{Name: ifc.Name, Pools: ifc.Pools}
 		for _, s := range ifc.IPs {
 			in.IPs = append(in.IPs, netip.MustParseAddr(s))
 		}
@@ -366,9 +365,6 @@ func selects(req ipam.Request) bool {
 	}
 	return false
 }
-
-// newTable returns an aligned table that writes to out.
-func newTable(out io.Writer) *texttable.Table { return texttable.New(out) }
 
 // rangeString writes a single-address range as that address.
 func rangeString(from, to netip.Addr) string {

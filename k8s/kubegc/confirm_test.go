@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/store/memstore"
 )
 
@@ -66,7 +67,7 @@ func TestConfirm(t *testing.T) {
 	claimed := map[string]netip.Addr{}
 	for _, name := range []string{"new", "reborn", "gone", "stale-alive"} {
 		res, err := a.Allocate(ctx, ipam.Request{Namespace: "ns", Name: name, UID: name + "-uid",
-			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}})
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,15 +89,15 @@ func TestConfirm(t *testing.T) {
 	if p.Err != nil {
 		t.Fatal(p.Err)
 	}
-	released := map[string]ipam.GCReason{}
+	released := map[string]gc.Reason{}
 	for _, d := range p.Released() {
 		released[d.Claim.Owner.Name] = d.Reason
 	}
-	if len(released) != 1 || released["gone"] != ipam.GCReleasePodGone {
+	if len(released) != 1 || released["gone"] != gc.ReleasePodGone {
 		t.Errorf("released %v, want only gone's claim, for pod-gone", released)
 	}
 	for _, d := range p.Decisions {
-		if d.Claim.Owner.Name == "new" && d.Reason != ipam.GCKeepRunning {
+		if d.Claim.Owner.Name == "new" && d.Reason != gc.KeepRunning {
 			t.Errorf("claim of the pod the cache had not seen: %s (%s), want kept as running", d.Reason, d.Message)
 		}
 	}

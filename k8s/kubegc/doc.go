@@ -1,9 +1,9 @@
 // Package kubegc runs the library's garbage collection of pod claims against
 // a live cluster: informers follow the cluster's pods, StatefulSets and
 // nodes; the claims of the pods that events name are judged as the events
-// come, and every claim on a period; ipam.DecideGC decides, and each release
+// come, and every claim on a period; gc.Decide decides, and each release
 // goes through the Allocator's Store at the revision the claim was
-// inspected at (Allocator.ReleaseClaimAt, as Allocator.CollectGarbage
+// inspected at (Allocator.ReleaseClaimAt, as gc.Collect
 // does).
 //
 // # Passes
@@ -11,10 +11,10 @@
 // A pass lists claims (every claim of the Allocator's pools in a full pass,
 // Allocator.Claims; the claims of some pod UIDs in an event pass,
 // Allocator.Lookup), builds a snapshot of the pods and StatefulSets those
-// claims name from the informers' caches, and judges them with DecideGC.
+// claims name from the informers' caches, and judges them with gc.Decide.
 // Full passes run when the Runner starts, every Options.Period after, and
 // when a StatefulSet's replicas or ordinals change or one is deleted (and a
-// node's readiness, when the node options of ipam.GCOptions are set). Event
+// node's readiness, when the node options of gc.Options are set). Event
 // passes run, at most one per Options.MinInterval, for pods deleted, that
 // start terminating, finish, lose their addresses, or are replaced by a pod
 // of another UID, and again when a terminating or finished pod's deadline
@@ -40,7 +40,7 @@
 // Replicas need no leader election: every release is a Delete with the
 // claim's resourceVersion (and UID) as preconditions, so when two replicas
 // release one claim, the first succeeds and the second gets a conflict or
-// not-found, which the pass records on the decision (GCDecision.Err) and
+// not-found, which the pass records on the decision (gc.Decision.Err) and
 // ignores; and a claim that changed since a replica listed it (a
 // StatefulSet pod's new incarnation took it over, the address was released
 // and claimed again) is never released by that replica. A decision is made
@@ -54,7 +54,7 @@
 // # What it does not judge
 //
 // Claims whose owner has no pod UID (host-local's container-ID claims) are
-// kept, as DecideGC keeps them. Claims of pools the Allocator's PoolSource
+// kept, as gc.Decide keeps them. Claims of pools the Allocator's PoolSource
 // no longer has are not listed by Allocator.Claims, so full passes do not
 // see them; event passes do, as Lookup finds an owner's claims in every
 // pool.

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/k8s/kubeclient"
 	"github.com/ipamkit/ipam/store"
@@ -26,8 +27,8 @@ const (
 
 // Options configure a Runner. The zero Options are the usual ones.
 type Options struct {
-	// GC are the rules' options, as for ipam.DecideGC.
-	GC ipam.GCOptions
+	// GC are the rules' options, as for gc.Decide.
+	GC gc.Options
 	// Period is the time between full passes. Zero means DefaultPeriod.
 	Period time.Duration
 	// MinInterval is the least time between two passes: events that come
@@ -75,14 +76,14 @@ type Pass struct {
 	// released it first). A release decided from the informers' caches that
 	// the API server's answers did not confirm is a keep, with the reason
 	// of the confirming judgement.
-	Decisions []ipam.GCDecision
+	Decisions []gc.Decision
 	// Err is what stopped the pass or failed in it, nil if nothing did.
 	Err error
 }
 
 // Released returns the decisions of p that released their claim.
-func (p Pass) Released() []ipam.GCDecision {
-	var out []ipam.GCDecision
+func (p Pass) Released() []gc.Decision {
+	var out []gc.Decision
 	for _, d := range p.Decisions {
 		if d.Applied {
 			out = append(out, d)
@@ -335,7 +336,7 @@ func (r *Runner) collect(ctx context.Context, p Pass, claims []store.Claim) Pass
 		p.Err = err
 		return p
 	}
-	p.Decisions = ipam.DecideGC(claims, snap, time.Now(), r.opts.GC)
+	p.Decisions = gc.Decide(claims, snap, time.Now(), r.opts.GC)
 	var candidates []store.Claim
 	var at []int
 	for i, d := range p.Decisions {
@@ -359,7 +360,7 @@ func (r *Runner) collect(ctx context.Context, p Pass, claims []store.Claim) Pass
 	}
 	now := time.Now()
 	var errs []error
-	for k, d := range ipam.DecideGC(candidates, live, now, r.opts.GC) {
+	for k, d := range gc.Decide(candidates, live, now, r.opts.GC) {
 		i := at[k]
 		if !d.Release {
 			p.Decisions[i] = d
@@ -395,13 +396,13 @@ type view interface {
 // that claims name: each claim's pod (by namespace and name, or by UID for
 // an owner without a name), the node of each such pod, and the StatefulSet
 // that a name of the form <set>-<ordinal> would belong to.
-func snapshot(ctx context.Context, v view, claims []store.Claim, at time.Time) (*ipam.GCSnapshot, error) {
+func snapshot(ctx context.Context, v view, claims []store.Claim, at time.Time) (*gc.Snapshot, error) {
 	type nsName struct{ ns, name string }
 	seenPods, seenSets := map[nsName]bool{}, map[nsName]bool{}
 	seenUIDs := map[string]bool{}
 	nodes := map[string]*corev1.Node{}
-	var pods []ipam.Pod
-	var sets []ipam.StatefulSet
+	var pods []gc.Pod
+	var sets []gc.StatefulSet
 	addPod := func(p *corev1.Pod) error {
 		if p == nil || seenUIDs[string(p.UID)] {
 			return nil
@@ -422,7 +423,7 @@ func snapshot(ctx context.Context, v view, claims []store.Claim, at time.Time) (
 	for _, c := range claims {
 		o := c.Owner
 		if o.UID == "" {
-			continue // not a pod's claim: DecideGC keeps it
+			continue // not a pod's claim: gc.Decide keeps it
 		}
 		if o.Name == "" {
 			if seenUIDs[o.UID] {
@@ -459,7 +460,7 @@ func snapshot(ctx context.Context, v view, claims []store.Claim, at time.Time) (
 			}
 		}
 	}
-	snap, err := ipam.NewGCSnapshot(at, pods, sets)
+	snap, err := gc.NewSnapshot(at, pods, sets)
 	if err != nil {
 		return nil, fmt.Errorf("kubegc: %w", err)
 	}

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/k8s/kubeclient"
 )
@@ -150,18 +150,18 @@ func (v *cacheView) podChanged(old, p *corev1.Pod) {
 	}
 	g := k8s.GCPod(p, nil)
 	if old == nil {
-		if !g.DeletionTimestamp.IsZero() || g.Phase == ipam.PodSucceeded || g.Phase == ipam.PodFailed {
+		if !g.DeletionTimestamp.IsZero() || g.Phase == gc.PodSucceeded || g.Phase == gc.PodFailed {
 			v.r.judgeNow(string(p.UID))
 		}
 	} else if o := k8s.GCPod(old, nil); o.UID != g.UID || !o.DeletionTimestamp.Equal(g.DeletionTimestamp) ||
 		o.Phase != g.Phase || o.HasIPs != g.HasIPs || !o.FinishedAt.Equal(g.FinishedAt) {
 		v.r.judgeNow(string(p.UID))
 	}
-	// The deadline DecideGC would apply: a finished pod's, which it tries
+	// The deadline gc.Decide would apply: a finished pod's, which it tries
 	// first, else a terminating pod's.
 	delay := v.r.opts.GC.AdditionalGraceDelay
 	switch {
-	case (g.Phase == ipam.PodSucceeded || g.Phase == ipam.PodFailed) && !g.FinishedAt.IsZero():
+	case (g.Phase == gc.PodSucceeded || g.Phase == gc.PodFailed) && !g.FinishedAt.IsZero():
 		v.r.judgeAt(string(p.UID), g.FinishedAt.Add(g.TerminationGracePeriod+delay))
 	case !g.DeletionTimestamp.IsZero():
 		v.r.judgeAt(string(p.UID), g.DeletionTimestamp.Add(delay))

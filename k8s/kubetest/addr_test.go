@@ -33,7 +33,7 @@ func TestAddressInTwoPools(t *testing.T) {
 		return a
 	}
 	req := func(name, pool string) ipam.Request {
-		return ipam.Request{Namespace: "ns", Name: name, UID: "uid-" + name, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{pool}}}}
+		return ipam.Request{Namespace: "ns", Name: name, UID: "uid-" + name, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{pool}}}}
 	}
 	res, err := newAllocator(false).Allocate(ctx, req("x", "a2p-a"))
 	if err != nil {

@@ -133,7 +133,7 @@ func benchAllocate(b *testing.B, n int) {
 		}
 		wg.Go(func() { allocs[i].Follow(ctx) })
 	}
-	ifaces := []ipam.Interface{{Name: "eth0", Pools: []string{pool.Name}}}
+	ifaces := []ipam.NIC{{Name: "eth0", Pools: []string{pool.Name}}}
 	var seq atomic.Int64
 	allocate := func(i int) error {
 		k := seq.Add(1)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/k8s/kubegc"
 	"github.com/ipamkit/ipam/store"
@@ -150,10 +151,10 @@ func (l *passLog) observe(replica int) func(kubegc.Pass) {
 // releases returns, per claim (key@revision), the decisions that released
 // it, and the number of releases tried that found the claim gone or
 // changed.
-func (l *passLog) releases() (map[string][]ipam.GCDecision, int, []error) {
+func (l *passLog) releases() (map[string][]gc.Decision, int, []error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := map[string][]ipam.GCDecision{}
+	out := map[string][]gc.Decision{}
 	lost := 0
 	var errs []error
 	for _, ps := range l.passes {
@@ -179,7 +180,7 @@ func (l *passLog) releases() (map[string][]ipam.GCDecision, int, []error) {
 // terminating past their grace period (on a Ready node, and on a node that
 // is not Ready, whose pods' claims the options keep), finished, re-created
 // with a new UID, StatefulSet members (valid, and scaled away), on a node
-// not Ready, and pods created while they run: every claim DecideGC releases
+// not Ready, and pods created while they run: every claim gc.Decide releases
 // is released once, by one of them, and no other claim is touched.
 func TestGCRunner(t *testing.T) {
 	emptyBackend(t)
@@ -202,7 +203,7 @@ func TestGCRunner(t *testing.T) {
 	claims := map[string]store.Claim{} // by pod name (and "again-old")
 	claim := func(key string, p *corev1.Pod) {
 		t.Helper()
-		res, err := agent.Allocate(ctx, k8s.Request(p, nil, nil, ipam.Interface{Name: "eth0", Pools: []string{"gc"}}))
+		res, err := agent.Allocate(ctx, k8s.Request(p, nil, nil, ipam.NIC{Name: "eth0", Pools: []string{"gc"}}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,7 +235,7 @@ func TestGCRunner(t *testing.T) {
 	// No periodic pass but the first: what happens later is found by
 	// events and deadlines alone.
 	opts := kubegc.Options{
-		GC:          ipam.GCOptions{AdditionalGraceDelay: 2 * time.Second, DisableTerminatingOnNotReadyNode: true},
+		GC:          gc.Options{AdditionalGraceDelay: 2 * time.Second, DisableTerminatingOnNotReadyNode: true},
 		Period:      time.Hour,
 		MinInterval: 20 * time.Millisecond,
 	}
@@ -281,16 +282,16 @@ func TestGCRunner(t *testing.T) {
 	c.deletePod("db-1")
 	claim("fresh", c.pod(podSpec{name: "fresh", node: "gc-ready", phase: corev1.PodRunning}))
 
-	// What must go, with the reasons DecideGC may give (a re-created pod's
+	// What must go, with the reasons gc.Decide may give (a re-created pod's
 	// old claim is judged uid-mismatch or, if judged between the delete and
 	// the create, pod-gone).
-	released := map[string][]ipam.GCReason{
-		"gone":      {ipam.GCReleasePodGone},
-		"term":      {ipam.GCReleaseTerminating},
-		"done":      {ipam.GCReleaseFinished},
-		"again-old": {ipam.GCReleaseUIDMismatch, ipam.GCReleasePodGone},
+	released := map[string][]gc.Reason{
+		"gone":      {gc.ReleasePodGone},
+		"term":      {gc.ReleaseTerminating},
+		"done":      {gc.ReleaseFinished},
+		"again-old": {gc.ReleaseUIDMismatch, gc.ReleasePodGone},
 	}
-	check := func(stage string, released map[string][]ipam.GCReason) {
+	check := func(stage string, released map[string][]gc.Reason) {
 		t.Helper()
 		want := map[string]bool{}
 		for name, cl := range claims {
@@ -318,7 +319,7 @@ func TestGCRunner(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("%s: claims left %v, want %v", stage, sorted(got), sorted(want))
 		}
-		// Each released once, for a reason DecideGC gives, and nothing else.
+		// Each released once, for a reason gc.Decide gives, and nothing else.
 		byClaim, lost, errs := log.releases()
 		for _, err := range errs {
 			t.Errorf("%s: a pass failed: %v", stage, err)
@@ -351,16 +352,16 @@ func TestGCRunner(t *testing.T) {
 
 	// Scaled away: db-1, gone, is no longer a valid member.
 	c.statefulSet("db", 1)
-	released["db-1"] = []ipam.GCReason{ipam.GCReleasePodGone}
+	released["db-1"] = []gc.Reason{gc.ReleasePodGone}
 	check("after the StatefulSet scaled down", released)
 
 	// The kept claims' reasons, as a full pass judges them now.
-	want := map[string]ipam.GCReason{
-		"web": ipam.GCKeepRunning, "pending": ipam.GCKeepPending, "term-nr": ipam.GCKeepNotReadyNode,
-		"run-nr": ipam.GCKeepRunning, "failed": ipam.GCKeepFinished, "again": ipam.GCKeepRunning,
-		"db-0": ipam.GCKeepRunning, "fresh": ipam.GCKeepRunning,
+	want := map[string]gc.Reason{
+		"web": gc.KeepRunning, "pending": gc.KeepPending, "term-nr": gc.KeepNotReadyNode,
+		"run-nr": gc.KeepRunning, "failed": gc.KeepFinished, "again": gc.KeepRunning,
+		"db-0": gc.KeepRunning, "fresh": gc.KeepRunning,
 	}
-	got := map[string]ipam.GCReason{}
+	got := map[string]gc.Reason{}
 	time.Sleep(time.Until(termNrSettled))
 	last := runners[0].CollectAll(ctx)
 	if last.Err != nil {
@@ -376,7 +377,7 @@ func TestGCRunner(t *testing.T) {
 	}
 }
 
-func containsReason(rs []ipam.GCReason, r ipam.GCReason) bool {
+func containsReason(rs []gc.Reason, r gc.Reason) bool {
 	for _, x := range rs {
 		if x == r {
 			return true

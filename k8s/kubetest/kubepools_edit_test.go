@@ -195,7 +195,7 @@ func TestPoolEdits(t *testing.T) {
 		seq++
 		res, err := a.Allocate(ctx, ipam.Request{Namespace: "ns", Name: fmt.Sprint("edit-", seq), UID: fmt.Sprint("edit-uid-", seq), Node: node,
 			Annotations: map[string]string{"ipam.spidernet.io/ippool": `{"ipv4": [` + pools + `]}`},
-			Interfaces:  []ipam.Interface{{Name: "eth0"}}})
+			Interfaces:  []ipam.NIC{{Name: "eth0"}}})
 		if err != nil {
 			return netip.Addr{}, "", err
 		}
@@ -281,7 +281,7 @@ func TestPoolEdits(t *testing.T) {
 	waitPool("the terminating pool served", func(p *ipam.Pool) bool { return p.Terminating })
 	res, err := a.Allocate(ctx, ipam.Request{Namespace: "ns", Name: "edit-t", UID: "edit-uid-t", Node: "node-1",
 		Annotations: map[string]string{"ipam.spidernet.io/ippool": `{"ipv4": ["edit-a"]}`},
-		Interfaces:  []ipam.Interface{{Name: "eth0"}}})
+		Interfaces:  []ipam.NIC{{Name: "eth0"}}})
 	if !errors.Is(err, ipam.ErrNoCandidates) || !strings.Contains(err.Error(), "terminating") {
 		t.Fatalf("Allocate from the terminating pool = %+v, %v; want ipam.ErrNoCandidates naming terminating", res, err)
 	}

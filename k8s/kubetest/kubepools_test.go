@@ -119,7 +119,7 @@ func TestPoolSource(t *testing.T) {
 		// annotation, so that Spiderpool's filters (disable) apply.
 		res, err := a.Allocate(ctx, ipam.Request{Namespace: "ns", Name: fmt.Sprint("pod-", i), UID: fmt.Sprint("live-uid-", i),
 			Annotations: map[string]string{"ipam.spidernet.io/ippool": `{"ipv4": ["live-a"]}`},
-			Interfaces:  []ipam.Interface{{Name: "eth0"}}})
+			Interfaces:  []ipam.NIC{{Name: "eth0"}}})
 		if err != nil {
 			return netip.Addr{}, err
 		}

@@ -163,7 +163,7 @@ func TestBadObjects(t *testing.T) {
 	}
 	var got []netip.Addr
 	for i := range 3 {
-		res, err := a.Allocate(ctx, ipam.Request{UID: fmt.Sprint("pod-", i), Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"bad"}}}})
+		res, err := a.Allocate(ctx, ipam.Request{UID: fmt.Sprint("pod-", i), Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"bad"}}}})
 		if err != nil {
 			if i < 2 || !errors.Is(err, ipam.ErrExhausted) {
 				t.Fatalf("Allocate %d: %v", i, err)

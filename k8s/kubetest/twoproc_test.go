@@ -143,7 +143,7 @@ func childMain() int {
 		op, ok := call(childOp{Op: "allocate", UID: uid}, func(ctx context.Context) (ipam.Result, error) {
 			return a.Allocate(ctx, ipam.Request{Namespace: "tp", Name: uid, UID: uid, Node: node,
 				Annotations: map[string]string{"ipam.spidernet.io/ippool": `{"ipv4": ["tp-a", "tp-b"]}`},
-				Interfaces:  []ipam.Interface{{Name: "eth0"}}})
+				Interfaces:  []ipam.NIC{{Name: "eth0"}}})
 		})
 		switch {
 		case !ok:

@@ -181,7 +181,7 @@ func (c *cluster) allocate(inst, pool string) (store.Owner, error) {
 	c.ids++
 	id := fmt.Sprintf("ctr%d", c.ids)
 	_, err := c.allocs[inst].AllocateAt(context.Background(), ipam.Request{ContainerID: id,
-		Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{pool}}}}, c.now)
+		Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{pool}}}}, c.now)
 	return store.Owner{ContainerID: id}, err
 }
 

@@ -3,6 +3,28 @@
 // read as it is, and host-local v1.9.1 reads what this package writes. It is for
 // Linux.
 //
+// # Use it
+//
+// From a host-local network config (package hostlocal):
+//
+//	c, err := hostlocal.Load(netconf, os.Getenv("CNI_ARGS"))
+//	pools, err := hostlocal.FileStorePools(c.Pools) // pool i is range set i
+//	st, err := filestore.Open(c.StateDir(), filestore.Options{Pools: pools})
+//	defer st.Close()
+//	cat, err := ipam.NewCatalog(c.Pools...)
+//	alloc, err := ipam.NewAllocator(ipam.Options{Pools: cat, Store: st})
+//	res, err := alloc.Allocate(ctx, ipam.Request{ContainerID: containerID,
+//		Interfaces: []ipam.NIC{{Name: ifname, Pools: c.PoolNames()}}})
+//
+// The owner rule, up front: host-local's files record a container ID and an
+// interface name, nothing else. Owners are therefore identified by
+// ContainerID (and Interface) only: a Request or Owner that carries a pod UID,
+// a namespace and name, or Stable is refused by Create with an error wrapping
+// ErrUnsupportedOwner (see Owners below). Release with
+// store.Owner{ContainerID: id}.
+//
+// Everything below is how the directory is laid out and kept safe.
+//
 // # Format
 //
 // A Store owns one network directory, <dataDir>/<network name>, created with mode

@@ -253,7 +253,7 @@ func startAgent(t testing.TB) *agent {
 // request is a pod's request for eth0.
 func request(ns, name string, app ipam.AppRef, ann map[string]string) ipam.Request {
 	return ipam.Request{Namespace: ns, Name: name, UID: "uid-" + ns + "-" + name, App: app, Annotations: ann,
-		Interfaces: []ipam.Interface{{Name: "eth0"}}}
+		Interfaces: []ipam.NIC{{Name: "eth0"}}}
 }
 
 // eventually waits until cond holds, checking every 10 ms for up to 20 s;

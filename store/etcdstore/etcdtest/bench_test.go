@@ -300,7 +300,7 @@ func benchAllocate(b *testing.B, endpoints []string, n int, shared, follow, spre
 func benchAllocateOne(a *ipam.Allocator, pool string, n int64) error {
 	owner := "pod-" + strconv.FormatInt(n, 10)
 	_, err := a.Allocate(context.Background(), ipam.Request{Namespace: "bench", Name: owner, UID: owner,
-		Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{pool}}}})
+		Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{pool}}}})
 	return err
 }
 

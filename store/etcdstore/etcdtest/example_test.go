@@ -42,7 +42,7 @@ func Example() {
 	ctx := context.Background()
 	for i, name := range []string{"web-0", "web-1"} {
 		res, err := nodes[i].Allocate(ctx, ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name,
-			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"blue"}}}})
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"blue"}}}})
 		if err != nil {
 			panic(err)
 		}
@@ -50,7 +50,7 @@ func Example() {
 	}
 	// The first node asks again for web-1: the Store says what it holds.
 	res, err := nodes[0].Allocate(ctx, ipam.Request{Namespace: "default", Name: "web-1", UID: "uid-web-1",
-		Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"blue"}}}})
+		Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"blue"}}}})
 	if err != nil {
 		panic(err)
 	}

@@ -177,7 +177,7 @@ func runWorker(cfg workerConfig, stop <-chan struct{}, record func(ledgerEntry))
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		start := time.Now()
 		res, err := a.Allocate(ctx, ipam.Request{Namespace: "faults", Name: owner, UID: owner,
-			Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{pool}}}})
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{pool}}}})
 		cancel()
 		end := time.Now()
 		if err != nil {
@@ -411,7 +411,7 @@ func quorumLost(t *testing.T, c *etcdtest.Cluster, prefix string) {
 	calls := append(storeCalls(s),
 		storeCall{"Allocator.Allocate", "", func(ctx context.Context) error {
 			_, err := a.Allocate(ctx, ipam.Request{Namespace: "faults", Name: "q", UID: "q",
-				Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"f1"}}}})
+				Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"f1"}}}})
 			return err
 		}},
 		storeCall{"Allocator.Release", "", func(ctx context.Context) error {

@@ -1,4 +1,4 @@
-package ipam
+package gc
 
 import (
 	"context"
@@ -8,22 +8,22 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/store"
 )
 
-// This file holds garbage collection of pod claims: DecideGC, a pure function
-// that judges every claim against a snapshot of the cluster's pods and
-// StatefulSets, and Allocator.CollectGarbage, which applies its verdicts
-// through the Store. The rules follow Spiderpool's IP GC (its pod-tracing path
-// and its periodic scan of every pool); where the two disagree, or where their
-// arithmetic is off, the choice made here is spelled out at the rule, and
-// always leans toward keeping an address a live pod might still use.
-//
-// The caller's duties: take the snapshot from a complete, synced view of the
-// cluster (an informer that has not synced yet shows pods as gone), take it
-// before listing claims (CollectGarbage lists them itself, after), and decide
-// whether GC runs at all (Spiderpool's SPIDERPOOL_GC_IP_ENABLED is the
-// caller's switch, not an option here).
+// fieldErrors collects the problems of one object as *ipam.FieldError values,
+// every one reported at once.
+type fieldErrors struct {
+	object string
+	errs   []error
+}
+
+func (fe *fieldErrors) add(field, value, reason string) {
+	fe.errs = append(fe.errs, &ipam.FieldError{Object: fe.object, Field: field, Value: value, Reason: reason})
+}
+
+func (fe *fieldErrors) err() error { return errors.Join(fe.errs...) }
 
 // PodPhase is a pod's status.phase, spelled as Kubernetes spells it, so that
 // PodPhase(pod.Status.Phase) converts one.
@@ -107,13 +107,13 @@ type StatefulSet struct {
 // String returns "namespace/name".
 func (s StatefulSet) String() string { return s.Namespace + "/" + s.Name }
 
-// GCSnapshot is the cluster as one list of pods and StatefulSets showed it at
-// one moment. Build it with NewGCSnapshot.
+// Snapshot is the cluster as one list of pods and StatefulSets showed it at
+// one moment. Build it with NewSnapshot.
 //
-// The zero GCSnapshot has no pods and no time; since every claim that records
+// The zero Snapshot has no pods and no time; since every claim that records
 // a time is then newer than the snapshot, it keeps every such claim. A
-// *GCSnapshot is immutable and safe for concurrent use.
-type GCSnapshot struct {
+// *Snapshot is immutable and safe for concurrent use.
+type Snapshot struct {
 	at   time.Time
 	pods map[nsName]Pod
 	uids map[string]nsName
@@ -122,15 +122,15 @@ type GCSnapshot struct {
 
 type nsName struct{ ns, name string }
 
-// NewGCSnapshot returns the snapshot of pods and sets listed at time at. The
+// NewSnapshot returns the snapshot of pods and sets listed at time at. The
 // lists must be complete: a pod missing from pods counts as deleted, and a
 // StatefulSet missing from sets makes its pods invalid members. It reports
 // every problem at once: a pod without a name or UID, an unknown phase, a
 // negative grace period, a StatefulSet without a name or with negative
 // replicas or start, and duplicates.
-func NewGCSnapshot(at time.Time, pods []Pod, sets []StatefulSet) (*GCSnapshot, error) {
+func NewSnapshot(at time.Time, pods []Pod, sets []StatefulSet) (*Snapshot, error) {
 	fe := fieldErrors{object: "gc snapshot"}
-	s := &GCSnapshot{
+	s := &Snapshot{
 		at:   at,
 		pods: make(map[nsName]Pod, len(pods)),
 		uids: make(map[string]nsName, len(pods)),
@@ -191,23 +191,23 @@ func NewGCSnapshot(at time.Time, pods []Pod, sets []StatefulSet) (*GCSnapshot, e
 }
 
 // Time returns when the snapshot's lists were taken.
-func (s *GCSnapshot) Time() time.Time { return s.at }
+func (s *Snapshot) Time() time.Time { return s.at }
 
 // Pod returns the pod namespace/name, if the snapshot has it.
-func (s *GCSnapshot) Pod(namespace, name string) (Pod, bool) {
+func (s *Snapshot) Pod(namespace, name string) (Pod, bool) {
 	p, ok := s.pods[nsName{namespace, name}]
 	return p, ok
 }
 
 // StatefulSet returns the StatefulSet namespace/name, if the snapshot has it.
-func (s *GCSnapshot) StatefulSet(namespace, name string) (StatefulSet, bool) {
+func (s *Snapshot) StatefulSet(namespace, name string) (StatefulSet, bool) {
 	st, ok := s.sets[nsName{namespace, name}]
 	return st, ok
 }
 
 // podOf returns the pod a claim's owner names: by namespace and name, or by
 // UID when the owner records no name.
-func (s *GCSnapshot) podOf(o store.Owner) (Pod, bool) {
+func (s *Snapshot) podOf(o store.Owner) (Pod, bool) {
 	if o.Name != "" {
 		return s.Pod(o.Namespace, o.Name)
 	}
@@ -232,7 +232,7 @@ type membership struct {
 // must be <set>-<ordinal> (the regular expression ^(.*)-([0-9]+)$), the
 // StatefulSet <set> must exist in the namespace, and the ordinal must lie in
 // [start, start+replicas-1].
-func (s *GCSnapshot) member(namespace, name string) membership {
+func (s *Snapshot) member(namespace, name string) membership {
 	i := strings.LastIndexByte(name, '-')
 	digits := name[i+1:]
 	if i < 0 || digits == "" || strings.Trim(digits, "0123456789") != "" {
@@ -262,12 +262,12 @@ func (s *GCSnapshot) member(namespace, name string) membership {
 	return m
 }
 
-// GCOptions tune garbage collection. Spiderpool's flags that default to true
-// appear here negated, so that the zero GCOptions is Spiderpool's default
+// Options tune garbage collection. Spiderpool's flags that default to true
+// appear here negated, so that the zero Options is Spiderpool's default
 // behaviour (with no additional delay).
 //
-// The zero GCOptions is ready to use. A GCOptions is a plain value.
-type GCOptions struct {
+// The zero Options is ready to use. A Options is a plain value.
+type Options struct {
 	// AdditionalGraceDelay is waited on top of each deadline
 	// (SPIDERPOOL_GC_ADDITIONAL_GRACE_DELAY; Spiderpool's Helm chart sets 0,
 	// its docs mention 5s).
@@ -300,7 +300,7 @@ type GCOptions struct {
 }
 
 // Validate reports whether the options make sense: no negative durations.
-func (o GCOptions) Validate() error {
+func (o Options) Validate() error {
 	fe := fieldErrors{object: "gc options"}
 	if o.AdditionalGraceDelay < 0 {
 		fe.add("AdditionalGraceDelay", o.AdditionalGraceDelay.String(), "negative")
@@ -311,108 +311,108 @@ func (o GCOptions) Validate() error {
 	return fe.err()
 }
 
-// GCReason is the machine-readable cause of a GCDecision.
-type GCReason string
+// Reason is the machine-readable cause of a Decision.
+type Reason string
 
 // Reasons to release a claim.
 const (
-	// GCReleasePodGone: no pod of the claim's namespace and name (or UID)
+	// ReleasePodGone: no pod of the claim's namespace and name (or UID)
 	// exists, and the name is not a valid StatefulSet member.
-	GCReleasePodGone GCReason = "pod-gone"
-	// GCReleaseUIDMismatch: a pod of that name exists with another UID, so
+	ReleasePodGone Reason = "pod-gone"
+	// ReleaseUIDMismatch: a pod of that name exists with another UID, so
 	// the claim's pod is gone; for a StatefulSet pod, the new pod either
 	// already has its addresses or is not a valid member.
-	GCReleaseUIDMismatch GCReason = "uid-mismatch"
-	// GCReleaseTerminating: the pod is terminating and
+	ReleaseUIDMismatch Reason = "uid-mismatch"
+	// ReleaseTerminating: the pod is terminating and
 	// DeletionTimestamp + AdditionalGraceDelay has passed.
-	GCReleaseTerminating GCReason = "terminating-expired"
-	// GCReleaseTerminatingWithoutIPs: the pod is terminating, its deadline
+	ReleaseTerminating Reason = "terminating-expired"
+	// ReleaseTerminatingWithoutIPs: the pod is terminating, its deadline
 	// has not passed, but it reports no addresses any more.
-	GCReleaseTerminatingWithoutIPs GCReason = "terminating-without-ips"
-	// GCReleaseFinished: a stateless pod Succeeded or Failed and
+	ReleaseTerminatingWithoutIPs Reason = "terminating-without-ips"
+	// ReleaseFinished: a stateless pod Succeeded or Failed and
 	// FinishedAt + TerminationGracePeriod + AdditionalGraceDelay has passed.
-	GCReleaseFinished GCReason = "finished-expired"
-	// GCReleaseStatefulSetInvalid: a StatefulSet pod that is no longer a
+	ReleaseFinished Reason = "finished-expired"
+	// ReleaseStatefulSetInvalid: a StatefulSet pod that is no longer a
 	// valid member has finished, or runs without addresses.
-	GCReleaseStatefulSetInvalid GCReason = "statefulset-invalid"
-	// GCReleaseRunningWithoutIPs: a stateless Running or Unknown pod reports
+	ReleaseStatefulSetInvalid Reason = "statefulset-invalid"
+	// ReleaseRunningWithoutIPs: a stateless Running or Unknown pod reports
 	// no addresses, and ReleaseRunningWithoutIPs is set.
-	GCReleaseRunningWithoutIPs GCReason = "running-without-ips"
+	ReleaseRunningWithoutIPs Reason = "running-without-ips"
 )
 
 // Reasons to keep a claim.
 const (
-	// GCKeepNotPodOwned: the claim's owner has no pod UID (a host-local
+	// KeepNotPodOwned: the claim's owner has no pod UID (a host-local
 	// container-ID claim); pod garbage collection does not judge it.
-	GCKeepNotPodOwned GCReason = "not-pod-owned"
-	// GCKeepNoSnapshot: DecideGC was given a nil snapshot.
-	GCKeepNoSnapshot GCReason = "no-snapshot"
-	// GCKeepClaimedAfterSnapshot: the claim is not older than the snapshot
+	KeepNotPodOwned Reason = "not-pod-owned"
+	// KeepNoSnapshot: Decide was given a nil snapshot.
+	KeepNoSnapshot Reason = "no-snapshot"
+	// KeepClaimedAfterSnapshot: the claim is not older than the snapshot
 	// (less ClockSkew), so its pod may simply be missing from it.
-	GCKeepClaimedAfterSnapshot GCReason = "claimed-after-snapshot"
-	// GCKeepStatefulSetMember: the pod, gone, finished, terminating or
+	KeepClaimedAfterSnapshot Reason = "claimed-after-snapshot"
+	// KeepStatefulSetMember: the pod, gone, finished, terminating or
 	// running without addresses, is a valid StatefulSet member whose next
 	// incarnation reuses the claim.
-	GCKeepStatefulSetMember GCReason = "statefulset-member"
-	// GCKeepStatefulSetReuse: a pod of the name exists with another UID, is a
+	KeepStatefulSetMember Reason = "statefulset-member"
+	// KeepStatefulSetReuse: a pod of the name exists with another UID, is a
 	// valid StatefulSet member and has no addresses yet: it is about to take
 	// the claim over.
-	GCKeepStatefulSetReuse GCReason = "statefulset-reuse"
-	// GCKeepHostNetwork: the claim's pod uses the host's network.
-	GCKeepHostNetwork GCReason = "host-network"
-	// GCKeepPending: the pod is Pending (or reports no phase), even if
+	KeepStatefulSetReuse Reason = "statefulset-reuse"
+	// KeepHostNetwork: the claim's pod uses the host's network.
+	KeepHostNetwork Reason = "host-network"
+	// KeepPending: the pod is Pending (or reports no phase), even if
 	// terminating.
-	GCKeepPending GCReason = "pending"
-	// GCKeepRunning: the pod is Running or Unknown, not terminating, and
+	KeepPending Reason = "pending"
+	// KeepRunning: the pod is Running or Unknown, not terminating, and
 	// reports addresses.
-	GCKeepRunning GCReason = "running"
-	// GCKeepRunningWithoutIPs: a stateless Running or Unknown pod reports no
+	KeepRunning Reason = "running"
+	// KeepRunningWithoutIPs: a stateless Running or Unknown pod reports no
 	// addresses, but ReleaseRunningWithoutIPs is not set.
-	GCKeepRunningWithoutIPs GCReason = "running-without-ips-kept"
-	// GCKeepTerminating: the pod is terminating, its deadline has not passed
+	KeepRunningWithoutIPs Reason = "running-without-ips-kept"
+	// KeepTerminating: the pod is terminating, its deadline has not passed
 	// and it still reports addresses.
-	GCKeepTerminating GCReason = "terminating"
-	// GCKeepFinished: a stateless pod finished, and its deadline has not
+	KeepTerminating Reason = "terminating"
+	// KeepFinished: a stateless pod finished, and its deadline has not
 	// passed.
-	GCKeepFinished GCReason = "finished"
-	// GCKeepFinishedTimeUnknown: a stateless pod finished, is not
+	KeepFinished Reason = "finished"
+	// KeepFinishedTimeUnknown: a stateless pod finished, is not
 	// terminating, and its FinishedAt is unknown, so no deadline can be set.
-	GCKeepFinishedTimeUnknown GCReason = "finished-time-unknown"
-	// GCKeepReadyNode: a release is due, but the pod's node is Ready and
+	KeepFinishedTimeUnknown Reason = "finished-time-unknown"
+	// KeepReadyNode: a release is due, but the pod's node is Ready and
 	// DisableTerminatingOnReadyNode is set.
-	GCKeepReadyNode GCReason = "ready-node-disabled"
-	// GCKeepNotReadyNode: a release is due, but the pod's node is not Ready
+	KeepReadyNode Reason = "ready-node-disabled"
+	// KeepNotReadyNode: a release is due, but the pod's node is not Ready
 	// and DisableTerminatingOnNotReadyNode is set.
-	GCKeepNotReadyNode GCReason = "not-ready-node-disabled"
+	KeepNotReadyNode Reason = "not-ready-node-disabled"
 )
 
-// GCDecision is the verdict on one claim.
+// Decision is the verdict on one claim.
 //
-// The zero GCDecision keeps the zero claim for no reason. A GCDecision is a
+// The zero Decision keeps the zero claim for no reason. A Decision is a
 // plain value and safe to copy.
-type GCDecision struct {
+type Decision struct {
 	// Claim is the claim judged, as it was inspected.
 	Claim store.Claim
 	// Release reports whether the claim should be released.
 	Release bool
 	// Reason is why, for programs.
-	Reason GCReason
+	Reason Reason
 	// Message is why, for people: the pod, its state and the times that
 	// decided.
 	Message string
-	// Applied reports whether CollectGarbage released the claim. DecideGC
+	// Applied reports whether Collect released the claim. Decide
 	// leaves it false.
 	Applied bool
-	// Err is why CollectGarbage could not release the claim: an error
+	// Err is why Collect could not release the claim: an error
 	// wrapping ErrConflict or ErrNotFound when the claim changed or went
 	// since it was inspected (nothing to do), or another error. Nil for
-	// claims kept and for DecideGC.
+	// claims kept and for Decide.
 	Err error
 }
 
-// DecideGC judges every claim against the snapshot at time now, and returns
+// Decide judges every claim against the snapshot at time now, and returns
 // one decision per claim, in the order of claims. It reads no clock and
-// touches no store. Negative durations in opts count as zero (CollectGarbage
+// touches no store. Negative durations in opts count as zero (Collect
 // rejects them).
 //
 // The rules, in the order they are tried (a pod is "valid" when it is a valid
@@ -479,10 +479,10 @@ type GCDecision struct {
 //     finished pod only once it is terminating).
 //   - Rule 3 has no counterpart: Spiderpool reads the pod of each record
 //     when it scans it.
-func DecideGC(claims []store.Claim, snap *GCSnapshot, now time.Time, opts GCOptions) []GCDecision {
+func Decide(claims []store.Claim, snap *Snapshot, now time.Time, opts Options) []Decision {
 	opts.AdditionalGraceDelay = max(opts.AdditionalGraceDelay, 0)
 	opts.ClockSkew = max(opts.ClockSkew, 0)
-	out := make([]GCDecision, len(claims))
+	out := make([]Decision, len(claims))
 	for i, c := range claims {
 		j := judge{d: &out[i], snap: snap, now: now, opts: &opts}
 		j.d.Claim = c
@@ -493,17 +493,17 @@ func DecideGC(claims []store.Claim, snap *GCSnapshot, now time.Time, opts GCOpti
 
 // judge decides one claim.
 type judge struct {
-	d    *GCDecision
-	snap *GCSnapshot
+	d    *Decision
+	snap *Snapshot
 	now  time.Time
-	opts *GCOptions
+	opts *Options
 }
 
-func (j *judge) keep(r GCReason, format string, args ...any) {
+func (j *judge) keep(r Reason, format string, args ...any) {
 	j.d.Release, j.d.Reason, j.d.Message = false, r, fmt.Sprintf(format, args...)
 }
 
-func (j *judge) release(r GCReason, format string, args ...any) {
+func (j *judge) release(r Reason, format string, args ...any) {
 	j.d.Release, j.d.Reason, j.d.Message = true, r, fmt.Sprintf(format, args...)
 }
 
@@ -513,16 +513,16 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 func (j *judge) decide() {
 	c := j.d.Claim
 	if c.Owner.UID == "" {
-		j.keep(GCKeepNotPodOwned, "%s is held by %s, which names no pod UID: pod garbage collection does not judge it", c.Key(), c.Owner)
+		j.keep(KeepNotPodOwned, "%s is held by %s, which names no pod UID: pod garbage collection does not judge it", c.Key(), c.Owner)
 		return
 	}
 	s := j.snap
 	if s == nil {
-		j.keep(GCKeepNoSnapshot, "no snapshot of the cluster was given, so nothing is known about %s", c.Owner)
+		j.keep(KeepNoSnapshot, "no snapshot of the cluster was given, so nothing is known about %s", c.Owner)
 		return
 	}
 	if since := s.at.Add(-j.opts.ClockSkew); !c.Time.IsZero() && !c.Time.Before(since) {
-		j.keep(GCKeepClaimedAfterSnapshot, "%s was claimed by %s at %s, not before the snapshot of %s less clock skew %v: its pod may be newer than the snapshot",
+		j.keep(KeepClaimedAfterSnapshot, "%s was claimed by %s at %s, not before the snapshot of %s less clock skew %v: its pod may be newer than the snapshot",
 			c.Key(), c.Owner, stamp(c.Time), stamp(s.at), j.opts.ClockSkew)
 		return
 	}
@@ -541,46 +541,46 @@ func (j *judge) decide() {
 		return
 	}
 	if p.HostNetwork {
-		j.keep(GCKeepHostNetwork, "pod %s uses the host network: garbage collection ignores it", &p)
+		j.keep(KeepHostNetwork, "pod %s uses the host network: garbage collection ignores it", &p)
 		return
 	}
 	switch p.Phase {
 	case PodSucceeded, PodFailed:
 		if sts {
 			if m.valid {
-				j.keep(GCKeepStatefulSetMember, "StatefulSet pod %s is %s, but %s: its restarted pod will reuse %s", &p, p.Phase, m.why, c.Key())
+				j.keep(KeepStatefulSetMember, "StatefulSet pod %s is %s, but %s: its restarted pod will reuse %s", &p, p.Phase, m.why, c.Key())
 			} else {
-				j.release(GCReleaseStatefulSetInvalid, "StatefulSet pod %s is %s and no longer a valid member: %s", &p, p.Phase, m.why)
+				j.release(ReleaseStatefulSetInvalid, "StatefulSet pod %s is %s and no longer a valid member: %s", &p, p.Phase, m.why)
 			}
 			return
 		}
 		j.finished(&p)
 		return
 	case PodPending, "":
-		j.keep(GCKeepPending, "pod %s is Pending: it may be setting up the address", &p)
+		j.keep(KeepPending, "pod %s is Pending: it may be setting up the address", &p)
 		return
 	}
 	if !p.DeletionTimestamp.IsZero() {
 		if sts && m.valid {
-			j.keep(GCKeepStatefulSetMember, "StatefulSet pod %s is terminating, but %s: its restarted pod will reuse %s", &p, m.why, c.Key())
+			j.keep(KeepStatefulSetMember, "StatefulSet pod %s is terminating, but %s: its restarted pod will reuse %s", &p, m.why, c.Key())
 			return
 		}
 		j.terminating(&p)
 		return
 	}
 	if p.HasIPs {
-		j.keep(GCKeepRunning, "pod %s is %s and reports its addresses", &p, p.Phase)
+		j.keep(KeepRunning, "pod %s is %s and reports its addresses", &p, p.Phase)
 		return
 	}
 	switch {
 	case sts && m.valid:
-		j.keep(GCKeepStatefulSetMember, "StatefulSet pod %s is %s without addresses, but %s", &p, p.Phase, m.why)
+		j.keep(KeepStatefulSetMember, "StatefulSet pod %s is %s without addresses, but %s", &p, p.Phase, m.why)
 	case sts:
-		j.release(GCReleaseStatefulSetInvalid, "StatefulSet pod %s is %s without addresses and no longer a valid member: %s", &p, p.Phase, m.why)
+		j.release(ReleaseStatefulSetInvalid, "StatefulSet pod %s is %s without addresses and no longer a valid member: %s", &p, p.Phase, m.why)
 	case j.opts.ReleaseRunningWithoutIPs:
-		j.release(GCReleaseRunningWithoutIPs, "pod %s is %s but reports no addresses, and such pods' claims are released", &p, p.Phase)
+		j.release(ReleaseRunningWithoutIPs, "pod %s is %s but reports no addresses, and such pods' claims are released", &p, p.Phase)
 	default:
-		j.keep(GCKeepRunningWithoutIPs, "pod %s is %s and reports no addresses, but such pods' claims are kept unless ReleaseRunningWithoutIPs is set", &p, p.Phase)
+		j.keep(KeepRunningWithoutIPs, "pod %s is %s and reports no addresses, but such pods' claims are kept unless ReleaseRunningWithoutIPs is set", &p, p.Phase)
 	}
 }
 
@@ -588,22 +588,22 @@ func (j *judge) decide() {
 func (j *judge) gone() {
 	o := j.d.Claim.Owner
 	if o.Name == "" {
-		j.release(GCReleasePodGone, "no pod with uid %s exists", o.UID)
+		j.release(ReleasePodGone, "no pod with uid %s exists", o.UID)
 		return
 	}
 	who := fmt.Sprintf("%s/%s (uid %s)", o.Namespace, o.Name, o.UID)
 	if j.opts.DisableStatefulSet {
-		j.release(GCReleasePodGone, "pod %s no longer exists", who)
+		j.release(ReleasePodGone, "pod %s no longer exists", who)
 		return
 	}
 	m := j.snap.member(o.Namespace, o.Name)
 	switch {
 	case m.valid:
-		j.keep(GCKeepStatefulSetMember, "pod %s no longer exists, but %s: its recreated pod will reuse %s", who, m.why, j.d.Claim.Key())
+		j.keep(KeepStatefulSetMember, "pod %s no longer exists, but %s: its recreated pod will reuse %s", who, m.why, j.d.Claim.Key())
 	case m.named:
-		j.release(GCReleasePodGone, "pod %s no longer exists and %s", who, m.why)
+		j.release(ReleasePodGone, "pod %s no longer exists and %s", who, m.why)
 	default:
-		j.release(GCReleasePodGone, "pod %s no longer exists", who)
+		j.release(ReleasePodGone, "pod %s no longer exists", who)
 	}
 }
 
@@ -612,13 +612,13 @@ func (j *judge) uidMismatch(p *Pod, sts bool, m membership) {
 	o := j.d.Claim.Owner
 	switch {
 	case !sts:
-		j.release(GCReleaseUIDMismatch, "pod %s/%s now has uid %s, not the claim's %s: the claim's pod is gone", p.Namespace, p.Name, p.UID, o.UID)
+		j.release(ReleaseUIDMismatch, "pod %s/%s now has uid %s, not the claim's %s: the claim's pod is gone", p.Namespace, p.Name, p.UID, o.UID)
 	case !m.valid:
-		j.release(GCReleaseUIDMismatch, "StatefulSet pod %s/%s now has uid %s, not the claim's %s, and is no longer a valid member: %s", p.Namespace, p.Name, p.UID, o.UID, m.why)
+		j.release(ReleaseUIDMismatch, "StatefulSet pod %s/%s now has uid %s, not the claim's %s, and is no longer a valid member: %s", p.Namespace, p.Name, p.UID, o.UID, m.why)
 	case p.HasIPs:
-		j.release(GCReleaseUIDMismatch, "StatefulSet pod %s/%s now has uid %s, not the claim's %s, and already reports addresses without this claim", p.Namespace, p.Name, p.UID, o.UID)
+		j.release(ReleaseUIDMismatch, "StatefulSet pod %s/%s now has uid %s, not the claim's %s, and already reports addresses without this claim", p.Namespace, p.Name, p.UID, o.UID)
 	default:
-		j.keep(GCKeepStatefulSetReuse, "StatefulSet pod %s/%s was recreated as uid %s (the claim has %s), reports no addresses yet and %s: it will take %s over",
+		j.keep(KeepStatefulSetReuse, "StatefulSet pod %s/%s was recreated as uid %s (the claim has %s), reports no addresses yet and %s: it will take %s over",
 			p.Namespace, p.Name, p.UID, o.UID, m.why, j.d.Claim.Key())
 	}
 }
@@ -630,20 +630,20 @@ func (j *judge) finished(p *Pod) {
 			j.terminating(p)
 			return
 		}
-		j.keep(GCKeepFinishedTimeUnknown, "pod %s is %s, but when its containers finished is unknown", p, p.Phase)
+		j.keep(KeepFinishedTimeUnknown, "pod %s is %s, but when its containers finished is unknown", p, p.Phase)
 		return
 	}
 	deadline := p.FinishedAt.Add(p.TerminationGracePeriod + j.opts.AdditionalGraceDelay)
 	facts := fmt.Sprintf("pod %s is %s since %s; releasable from %s (termination grace %v, additional delay %v); now %s",
 		p, p.Phase, stamp(p.FinishedAt), stamp(deadline), p.TerminationGracePeriod, j.opts.AdditionalGraceDelay, stamp(j.now))
 	if j.now.Before(deadline) {
-		j.keep(GCKeepFinished, "%s", facts)
+		j.keep(KeepFinished, "%s", facts)
 		return
 	}
 	if j.nodeBlocks(p, facts) {
 		return
 	}
-	j.release(GCReleaseFinished, "%s", facts)
+	j.release(ReleaseFinished, "%s", facts)
 }
 
 // terminating decides a pod with a deletion timestamp that no other rule
@@ -654,16 +654,16 @@ func (j *judge) terminating(p *Pod) {
 		p, stamp(p.DeletionTimestamp), p.DeletionGracePeriod, stamp(deadline), j.opts.AdditionalGraceDelay, stamp(j.now))
 	due := !j.now.Before(deadline)
 	if !due && p.HasIPs {
-		j.keep(GCKeepTerminating, "%s", facts)
+		j.keep(KeepTerminating, "%s", facts)
 		return
 	}
 	if j.nodeBlocks(p, facts) {
 		return
 	}
 	if due {
-		j.release(GCReleaseTerminating, "%s", facts)
+		j.release(ReleaseTerminating, "%s", facts)
 	} else {
-		j.release(GCReleaseTerminatingWithoutIPs, "%s, but it reports no addresses any more", facts)
+		j.release(ReleaseTerminatingWithoutIPs, "%s, but it reports no addresses any more", facts)
 	}
 }
 
@@ -672,16 +672,16 @@ func (j *judge) terminating(p *Pod) {
 func (j *judge) nodeBlocks(p *Pod, facts string) bool {
 	switch {
 	case p.NodeReady && j.opts.DisableTerminatingOnReadyNode:
-		j.keep(GCKeepReadyNode, "%s, but its node is Ready and such pods' claims are kept", facts)
+		j.keep(KeepReadyNode, "%s, but its node is Ready and such pods' claims are kept", facts)
 	case !p.NodeReady && j.opts.DisableTerminatingOnNotReadyNode:
-		j.keep(GCKeepNotReadyNode, "%s, but its node is not Ready and such pods' claims are kept", facts)
+		j.keep(KeepNotReadyNode, "%s, but its node is not Ready and such pods' claims are kept", facts)
 	default:
 		return false
 	}
 	return true
 }
 
-// CollectGarbage lists every claim, judges it with DecideGC against snap at
+// Collect lists every claim, judges it with Decide against snap at
 // time now, and releases the claims judged releasable, each only at the
 // revision it was inspected at (ReleaseClaim). It returns every decision, in
 // the order of Claims, with Applied set on the releases done.
@@ -693,21 +693,21 @@ func (j *judge) nodeBlocks(p *Pod, facts string) bool {
 // joined, with all decisions. If ctx ends, the releases not yet tried carry
 // ctx's error, which is returned.
 //
-// snap must have been taken before CollectGarbage is called: the claims are
+// snap must have been taken before Collect is called: the claims are
 // listed after it, so that a claim made after the snapshot is recognised by
-// its time (DecideGC's rule 3).
-func (a *Allocator) CollectGarbage(ctx context.Context, snap *GCSnapshot, now time.Time, opts GCOptions) ([]GCDecision, error) {
+// its time (Decide's rule 3).
+func Collect(ctx context.Context, a *ipam.Allocator, snap *Snapshot, now time.Time, opts Options) ([]Decision, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	if snap == nil {
-		return nil, &FieldError{Object: "garbage collection", Field: "snapshot", Reason: "required"}
+		return nil, &ipam.FieldError{Object: "garbage collection", Field: "snapshot", Reason: "required"}
 	}
 	claims, err := a.Claims(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ds := DecideGC(claims, snap, now, opts)
+	ds := Decide(claims, snap, now, opts)
 	var errs []error
 	for i := range ds {
 		d := &ds[i]
@@ -725,7 +725,7 @@ func (a *Allocator) CollectGarbage(ctx context.Context, snap *GCSnapshot, now ti
 		switch {
 		case err == nil:
 			d.Applied = true
-		case errors.Is(err, ErrConflict), errors.Is(err, ErrNotFound), errors.Is(err, store.ErrNotFound):
+		case errors.Is(err, ipam.ErrConflict), errors.Is(err, ipam.ErrNotFound), errors.Is(err, store.ErrNotFound):
 			d.Err = err
 		default:
 			d.Err = err

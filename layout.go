@@ -10,8 +10,9 @@ import (
 	"go4.org/netipx"
 )
 
-// This file finds free addresses inside one pool without looking at addresses
-// one at a time.
+// This file holds a pool's layout (its addresses numbered in allocation
+// order) and the tree of its used addresses, which together find free
+// addresses without looking at addresses one at a time.
 //
 // A pool's allocatable addresses (its ranges minus excluded, reserved and
 // gateway addresses) are laid out as segments in allocation order and numbered

@@ -1,4 +1,4 @@
-package ipam_test
+package gc_test
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/store"
 )
 
 // Garbage collection judges each claim against a snapshot of the cluster's
 // pods and StatefulSets at a given time; nothing is read from a clock or a
 // store.
-func ExampleDecideGC() {
+func ExampleDecide() {
 	now := time.Date(2026, 7, 1, 12, 0, 0, 0, time.UTC)
 	claim := func(ip, name, uid string) store.Claim {
 		return store.Claim{
@@ -32,22 +33,22 @@ func ExampleDecideGC() {
 		claim("10.0.0.7", "old", "u6"),    // deleted
 		{Pool: "blue", IP: netip.MustParseAddr("10.0.0.8"), Owner: store.Owner{ContainerID: "c0ffee"}},
 	}
-	snap, err := ipam.NewGCSnapshot(now, []ipam.Pod{
-		{Namespace: "default", Name: "cache", UID: "u1", Phase: ipam.PodRunning, NodeReady: true, HasIPs: true},
+	snap, err := gc.NewSnapshot(now, []gc.Pod{
+		{Namespace: "default", Name: "cache", UID: "u1", Phase: gc.PodRunning, NodeReady: true, HasIPs: true},
 		{
-			Namespace: "default", Name: "api", UID: "u2", Phase: ipam.PodRunning, NodeReady: true, HasIPs: true,
+			Namespace: "default", Name: "api", UID: "u2", Phase: gc.PodRunning, NodeReady: true, HasIPs: true,
 			DeletionTimestamp: now.Add(-10 * time.Second), DeletionGracePeriod: 30 * time.Second,
 		},
 		{
-			Namespace: "default", Name: "report", UID: "u3", Phase: ipam.PodSucceeded, NodeReady: true, HasIPs: true,
+			Namespace: "default", Name: "report", UID: "u3", Phase: gc.PodSucceeded, NodeReady: true, HasIPs: true,
 			FinishedAt: now.Add(-20 * time.Second), TerminationGracePeriod: 30 * time.Second,
 		},
-	}, []ipam.StatefulSet{{Namespace: "default", Name: "db", Replicas: 2}})
+	}, []gc.StatefulSet{{Namespace: "default", Name: "db", Replicas: 2}})
 	if err != nil {
 		panic(err)
 	}
 
-	for _, d := range ipam.DecideGC(claims, snap, now, ipam.GCOptions{AdditionalGraceDelay: 5 * time.Second}) {
+	for _, d := range gc.Decide(claims, snap, now, gc.Options{AdditionalGraceDelay: 5 * time.Second}) {
 		verdict := "keep"
 		if d.Release {
 			verdict = "release"
@@ -71,27 +72,37 @@ func ExampleDecideGC() {
 	// 	blue/10.0.0.8 is held by container c0ffee, which names no pod UID: pod garbage collection does not judge it
 }
 
-// CollectGarbage lists the claims, judges them, and releases the releasable
+// Collect lists the claims, judges them, and releases the releasable
 // ones, each only if it has not changed since it was listed.
-func ExampleAllocator_CollectGarbage() {
+func ExampleCollect() {
 	ctx := context.Background()
-	a := exampleAllocator(`{"name":"blue","ranges":[{"subnet":"10.0.0.0/29"}]}`)
+	cat, err := ipam.NewCatalog(ipam.MustParsePool(`{"name":"blue","ranges":[{"subnet":"10.0.0.0/29"}]}`))
+	if err != nil {
+		panic(err)
+	}
+	a, err := ipam.NewAllocator(ipam.Options{Pools: cat})
+	if err != nil {
+		panic(err)
+	}
 	start := time.Date(2026, 7, 1, 11, 0, 0, 0, time.UTC)
 	for _, name := range []string{"web", "gone"} {
-		_, err := a.AllocateAt(ctx, examplePod(name, "eth0", "blue"), start)
+		_, err := a.AllocateAt(ctx, ipam.Request{
+			Namespace: "default", Name: name, UID: "uid-" + name,
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"blue"}}},
+		}, start)
 		if err != nil {
 			panic(err)
 		}
 	}
 
 	now := start.Add(time.Hour)
-	snap, err := ipam.NewGCSnapshot(now, []ipam.Pod{
-		{Namespace: "default", Name: "web", UID: "uid-web", Phase: ipam.PodRunning, NodeReady: true, HasIPs: true},
+	snap, err := gc.NewSnapshot(now, []gc.Pod{
+		{Namespace: "default", Name: "web", UID: "uid-web", Phase: gc.PodRunning, NodeReady: true, HasIPs: true},
 	}, nil)
 	if err != nil {
 		panic(err)
 	}
-	ds, err := a.CollectGarbage(ctx, snap, now, ipam.GCOptions{})
+	ds, err := gc.Collect(ctx, a, snap, now, gc.Options{})
 	if err != nil {
 		panic(err)
 	}

@@ -1,4 +1,4 @@
-package ipam_test
+package gc_test
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/gc"
+	"github.com/ipamkit/ipam/ipamtest"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"
 )
@@ -35,8 +37,8 @@ func gcClaim(name, uid string) store.Claim {
 
 // gcPod is pod default/name with uid, Running with addresses on a Ready node,
 // changed by mods.
-func gcPod(name, uid string, mods ...func(*ipam.Pod)) ipam.Pod {
-	p := ipam.Pod{Namespace: "default", Name: name, UID: uid, Phase: ipam.PodRunning, NodeReady: true, HasIPs: true}
+func gcPod(name, uid string, mods ...func(*gc.Pod)) gc.Pod {
+	p := gc.Pod{Namespace: "default", Name: name, UID: uid, Phase: gc.PodRunning, NodeReady: true, HasIPs: true}
 	for _, m := range mods {
 		m(&p)
 	}
@@ -45,17 +47,17 @@ func gcPod(name, uid string, mods ...func(*ipam.Pod)) ipam.Pod {
 
 // Pod modifiers.
 var (
-	noIPs    = func(p *ipam.Pod) { p.HasIPs = false }
-	notReady = func(p *ipam.Pod) { p.NodeReady = false }
-	inSts    = func(p *ipam.Pod) { p.ControllerKind = ipam.KindStatefulSet }
-	hostNet  = func(p *ipam.Pod) { p.HostNetwork = true }
+	noIPs    = func(p *gc.Pod) { p.HasIPs = false }
+	notReady = func(p *gc.Pod) { p.NodeReady = false }
+	inSts    = func(p *gc.Pod) { p.ControllerKind = gc.KindStatefulSet }
+	hostNet  = func(p *gc.Pod) { p.HostNetwork = true }
 )
 
-func phase(ph ipam.PodPhase) func(*ipam.Pod) { return func(p *ipam.Pod) { p.Phase = ph } }
+func phase(ph gc.PodPhase) func(*gc.Pod) { return func(p *gc.Pod) { p.Phase = ph } }
 
 // deleting sets the deletion timestamp to gcBase+at with grace period 30s.
-func deleting(at time.Duration) func(*ipam.Pod) {
-	return func(p *ipam.Pod) {
+func deleting(at time.Duration) func(*gc.Pod) {
+	return func(p *gc.Pod) {
 		p.DeletionTimestamp = gcBase.Add(at)
 		p.DeletionGracePeriod = 30 * time.Second
 	}
@@ -63,28 +65,28 @@ func deleting(at time.Duration) func(*ipam.Pod) {
 
 // finishedAt makes the pod ph, its containers finished at gcBase+at, with a
 // termination grace period of 30s.
-func finishedAt(ph ipam.PodPhase, at time.Duration) func(*ipam.Pod) {
-	return func(p *ipam.Pod) {
+func finishedAt(ph gc.PodPhase, at time.Duration) func(*gc.Pod) {
+	return func(p *gc.Pod) {
 		p.Phase = ph
 		p.FinishedAt = gcBase.Add(at)
 		p.TerminationGracePeriod = 30 * time.Second
 	}
 }
 
-func sts(name string, replicas, start int) ipam.StatefulSet {
-	return ipam.StatefulSet{Namespace: "default", Name: name, Replicas: replicas, OrdinalsStart: start}
+func sts(name string, replicas, start int) gc.StatefulSet {
+	return gc.StatefulSet{Namespace: "default", Name: name, Replicas: replicas, OrdinalsStart: start}
 }
 
 type gcCase struct {
 	name  string
 	claim store.Claim
-	pods  []ipam.Pod
-	sets  []ipam.StatefulSet
+	pods  []gc.Pod
+	sets  []gc.StatefulSet
 	now   time.Duration // offset from gcBase
-	opts  ipam.GCOptions
+	opts  gc.Options
 	// want
 	release bool
-	reason  ipam.GCReason
+	reason  gc.Reason
 	msg     []string // facts the message must state
 }
 
@@ -99,570 +101,570 @@ func inNS(c store.Claim, ns string) store.Claim { c.Owner.Namespace = ns; return
 
 func gcCases() []gcCase {
 	const u1, u2 = "u1", "u2"
-	web := []ipam.StatefulSet{sts("web", 3, 0)}
-	web5 := []ipam.StatefulSet{sts("web", 3, 5)} // ordinals 5..7
+	web := []gc.StatefulSet{sts("web", 3, 0)}
+	web5 := []gc.StatefulSet{sts("web", 3, 5)} // ordinals 5..7
 	return []gcCase{
 		// Who owns the claim, and when it was made.
 		{
 			name:   "container-ID claim is not pod-owned",
 			claim:  store.Claim{Pool: "p", IP: netip.MustParseAddr("10.0.0.3"), Owner: store.Owner{ContainerID: "c1", Interface: "eth0"}, Time: gcBase.Add(-time.Hour)},
-			reason: ipam.GCKeepNotPodOwned, msg: []string{"p/10.0.0.3", "container c1"},
+			reason: gc.KeepNotPodOwned, msg: []string{"p/10.0.0.3", "container c1"},
 		},
 		{
 			name:   "claimed exactly at the snapshot time is kept",
 			claim:  withTime(gcClaim("app", u1), gcBase),
-			reason: ipam.GCKeepClaimedAfterSnapshot, msg: []string{"2026-07-01T12:00:00Z"},
+			reason: gc.KeepClaimedAfterSnapshot, msg: []string{"2026-07-01T12:00:00Z"},
 		},
 		{
 			name:   "claimed after the snapshot is kept",
 			claim:  withTime(gcClaim("app", u1), gcBase.Add(time.Second)),
-			reason: ipam.GCKeepClaimedAfterSnapshot,
+			reason: gc.KeepClaimedAfterSnapshot,
 		},
 		{
 			name:    "claimed 1ns before the snapshot, pod gone, is released",
 			claim:   withTime(gcClaim("app", u1), gcBase.Add(-time.Nanosecond)),
-			release: true, reason: ipam.GCReleasePodGone,
+			release: true, reason: gc.ReleasePodGone,
 		},
 		{
 			name:   "clock skew: claimed exactly skew before the snapshot is kept",
 			claim:  withTime(gcClaim("app", u1), gcBase.Add(-time.Second)),
-			opts:   ipam.GCOptions{ClockSkew: time.Second},
-			reason: ipam.GCKeepClaimedAfterSnapshot, msg: []string{"clock skew 1s"},
+			opts:   gc.Options{ClockSkew: time.Second},
+			reason: gc.KeepClaimedAfterSnapshot, msg: []string{"clock skew 1s"},
 		},
 		{
 			name:    "clock skew: claimed just more than skew before is judged",
 			claim:   withTime(gcClaim("app", u1), gcBase.Add(-time.Second-time.Nanosecond)),
-			opts:    ipam.GCOptions{ClockSkew: time.Second},
-			release: true, reason: ipam.GCReleasePodGone,
+			opts:    gc.Options{ClockSkew: time.Second},
+			release: true, reason: gc.ReleasePodGone,
 		},
 		{
 			name:    "claim without a time counts as old",
 			claim:   withTime(gcClaim("app", u1), time.Time{}),
-			release: true, reason: ipam.GCReleasePodGone,
+			release: true, reason: gc.ReleasePodGone,
 		},
 		{
 			name:   "negative clock skew counts as zero",
 			claim:  withTime(gcClaim("app", u1), gcBase),
-			opts:   ipam.GCOptions{ClockSkew: -time.Hour},
-			reason: ipam.GCKeepClaimedAfterSnapshot,
+			opts:   gc.Options{ClockSkew: -time.Hour},
+			reason: gc.KeepClaimedAfterSnapshot,
 		},
 
 		// Pod gone.
 		{
 			name:    "SP-55 pod deleted before its endpoint: claim released",
 			claim:   gcClaim("app", u1),
-			release: true, reason: ipam.GCReleasePodGone, msg: []string{"default/app (uid u1)"},
+			release: true, reason: gc.ReleasePodGone, msg: []string{"default/app (uid u1)"},
 		},
 		{
 			name:   "SP-47 StatefulSet pod deleted for recreation: valid member kept",
 			claim:  gcClaim("web-1", u1),
 			sets:   web,
-			reason: ipam.GCKeepStatefulSetMember, msg: []string{"ordinal 1 is within StatefulSet default/web's ordinals 0-2"},
+			reason: gc.KeepStatefulSetMember, msg: []string{"ordinal 1 is within StatefulSet default/web's ordinals 0-2"},
 		},
 		{
 			name:   "StatefulSet pod gone: last ordinal kept",
 			claim:  gcClaim("web-2", u1),
 			sets:   web,
-			reason: ipam.GCKeepStatefulSetMember,
+			reason: gc.KeepStatefulSetMember,
 		},
 		{
 			name:    "StatefulSet scaled down: gone pod past replicas released",
 			claim:   gcClaim("web-3", u1),
 			sets:    web,
-			release: true, reason: ipam.GCReleasePodGone, msg: []string{"ordinal 3 is outside StatefulSet default/web's ordinals 0-2"},
+			release: true, reason: gc.ReleasePodGone, msg: []string{"ordinal 3 is outside StatefulSet default/web's ordinals 0-2"},
 		},
 		{
 			name:    "StatefulSet scaled to zero: gone pod released",
 			claim:   gcClaim("web-0", u1),
-			sets:    []ipam.StatefulSet{sts("web", 0, 0)},
-			release: true, reason: ipam.GCReleasePodGone, msg: []string{"0 replicas"},
+			sets:    []gc.StatefulSet{sts("web", 0, 0)},
+			release: true, reason: gc.ReleasePodGone, msg: []string{"0 replicas"},
 		},
 		{
 			name:    "StatefulSet missing: gone pod released",
 			claim:   gcClaim("web-1", u1),
-			release: true, reason: ipam.GCReleasePodGone,
+			release: true, reason: gc.ReleasePodGone,
 		},
 		{
 			name:    "StatefulSet in another namespace does not count",
 			claim:   inNS(gcClaim("web-1", u1), "other"),
 			sets:    web,
-			release: true, reason: ipam.GCReleasePodGone,
+			release: true, reason: gc.ReleasePodGone,
 		},
 		{
 			name:   "ordinals.start: first ordinal kept",
 			claim:  gcClaim("web-5", u1),
 			sets:   web5,
-			reason: ipam.GCKeepStatefulSetMember, msg: []string{"ordinals 5-7"},
+			reason: gc.KeepStatefulSetMember, msg: []string{"ordinals 5-7"},
 		},
 		{
 			name:   "ordinals.start: last ordinal kept",
 			claim:  gcClaim("web-7", u1),
 			sets:   web5,
-			reason: ipam.GCKeepStatefulSetMember,
+			reason: gc.KeepStatefulSetMember,
 		},
 		{
 			name:    "ordinals.start: one past the last released",
 			claim:   gcClaim("web-8", u1),
 			sets:    web5,
-			release: true, reason: ipam.GCReleasePodGone,
+			release: true, reason: gc.ReleasePodGone,
 		},
 		{
 			name:    "ordinals.start: below start released",
 			claim:   gcClaim("web-4", u1),
 			sets:    web5,
-			release: true, reason: ipam.GCReleasePodGone,
+			release: true, reason: gc.ReleasePodGone,
 		},
 		{
 			name:    "name without an ordinal is no member",
 			claim:   gcClaim("web", u1),
-			sets:    []ipam.StatefulSet{sts("web", 3, 0)},
-			release: true, reason: ipam.GCReleasePodGone,
+			sets:    []gc.StatefulSet{sts("web", 3, 0)},
+			release: true, reason: gc.ReleasePodGone,
 		},
 		{
 			name:   "set name is everything before the last dash",
 			claim:  gcClaim("my-db-2", u1),
-			sets:   []ipam.StatefulSet{sts("my-db", 3, 0), sts("my", 10, 0)},
-			reason: ipam.GCKeepStatefulSetMember, msg: []string{"default/my-db's"},
+			sets:   []gc.StatefulSet{sts("my-db", 3, 0), sts("my", 10, 0)},
+			reason: gc.KeepStatefulSetMember, msg: []string{"default/my-db's"},
 		},
 		{
 			name:    "huge ordinal is no member",
 			claim:   gcClaim("web-99999999999999999999999", u1),
 			sets:    web,
-			release: true, reason: ipam.GCReleasePodGone,
+			release: true, reason: gc.ReleasePodGone,
 		},
 		{
 			name:    "DisableStatefulSet: gone valid member released",
 			claim:   gcClaim("web-1", u1),
 			sets:    web,
-			opts:    ipam.GCOptions{DisableStatefulSet: true},
-			release: true, reason: ipam.GCReleasePodGone,
+			opts:    gc.Options{DisableStatefulSet: true},
+			release: true, reason: gc.ReleasePodGone,
 		},
 		{
 			name:    "UID-only claim, no pod with that UID: released",
 			claim:   uidOnly(gcClaim("app", u1)),
-			pods:    []ipam.Pod{gcPod("app", u2)},
-			release: true, reason: ipam.GCReleasePodGone, msg: []string{"uid u1"},
+			pods:    []gc.Pod{gcPod("app", u2)},
+			release: true, reason: gc.ReleasePodGone, msg: []string{"uid u1"},
 		},
 		{
 			name:   "UID-only claim is matched by UID",
 			claim:  uidOnly(gcClaim("app", u1)),
-			pods:   []ipam.Pod{gcPod("app", u1)},
-			reason: ipam.GCKeepRunning,
+			pods:   []gc.Pod{gcPod("app", u1)},
+			reason: gc.KeepRunning,
 		},
 		{
 			name:   "SP-53 pod of the same name in another namespace is kept",
 			claim:  inNS(gcClaim("app", u1), "ns1"),
-			pods:   []ipam.Pod{gcPod("app", u1, func(p *ipam.Pod) { p.Namespace = "ns1" })},
-			reason: ipam.GCKeepRunning,
+			pods:   []gc.Pod{gcPod("app", u1, func(p *gc.Pod) { p.Namespace = "ns1" })},
+			reason: gc.KeepRunning,
 		},
 		{
 			name:    "SP-53 deleted pod's claim released although ns1 has the name",
 			claim:   inNS(gcClaim("app", u2), "ns2"),
-			pods:    []ipam.Pod{gcPod("app", u1, func(p *ipam.Pod) { p.Namespace = "ns1" })},
-			release: true, reason: ipam.GCReleasePodGone, msg: []string{"ns2/app"},
+			pods:    []gc.Pod{gcPod("app", u1, func(p *gc.Pod) { p.Namespace = "ns1" })},
+			release: true, reason: gc.ReleasePodGone, msg: []string{"ns2/app"},
 		},
 
 		// UID mismatch.
 		{
 			name:    "SP-52 stateless pod recreated with another UID: released",
 			claim:   gcClaim("app", u1),
-			pods:    []ipam.Pod{gcPod("app", u2)},
-			release: true, reason: ipam.GCReleaseUIDMismatch, msg: []string{"uid u2", "u1"},
+			pods:    []gc.Pod{gcPod("app", u2)},
+			release: true, reason: gc.ReleaseUIDMismatch, msg: []string{"uid u2", "u1"},
 		},
 		{
 			name:   "SP-44 StatefulSet pod recreated, no IPs yet: kept for reuse",
 			claim:  gcClaim("web-0", u1),
-			pods:   []ipam.Pod{gcPod("web-0", u2, inSts, phase(ipam.PodPending), noIPs)},
+			pods:   []gc.Pod{gcPod("web-0", u2, inSts, phase(gc.PodPending), noIPs)},
 			sets:   web,
-			reason: ipam.GCKeepStatefulSetReuse,
+			reason: gc.KeepStatefulSetReuse,
 		},
 		{
 			name:   "StatefulSet pod recreated, Running without IPs: kept for reuse",
 			claim:  gcClaim("web-0", u1),
-			pods:   []ipam.Pod{gcPod("web-0", u2, inSts, noIPs)},
+			pods:   []gc.Pod{gcPod("web-0", u2, inSts, noIPs)},
 			sets:   web,
-			reason: ipam.GCKeepStatefulSetReuse,
+			reason: gc.KeepStatefulSetReuse,
 		},
 		{
 			name:    "StatefulSet pod recreated and already has IPs: released",
 			claim:   gcClaim("web-0", u1),
-			pods:    []ipam.Pod{gcPod("web-0", u2, inSts)},
+			pods:    []gc.Pod{gcPod("web-0", u2, inSts)},
 			sets:    web,
-			release: true, reason: ipam.GCReleaseUIDMismatch, msg: []string{"already reports addresses"},
+			release: true, reason: gc.ReleaseUIDMismatch, msg: []string{"already reports addresses"},
 		},
 		{
 			name:    "StatefulSet pod recreated but scaled away: released",
 			claim:   gcClaim("web-3", u1),
-			pods:    []ipam.Pod{gcPod("web-3", u2, inSts, noIPs)},
+			pods:    []gc.Pod{gcPod("web-3", u2, inSts, noIPs)},
 			sets:    web,
-			release: true, reason: ipam.GCReleaseUIDMismatch, msg: []string{"outside"},
+			release: true, reason: gc.ReleaseUIDMismatch, msg: []string{"outside"},
 		},
 		{
 			name:    "StatefulSet pod recreated, StatefulSet missing: released",
 			claim:   gcClaim("web-0", u1),
-			pods:    []ipam.Pod{gcPod("web-0", u2, inSts, noIPs)},
-			release: true, reason: ipam.GCReleaseUIDMismatch, msg: []string{"no StatefulSet default/web exists"},
+			pods:    []gc.Pod{gcPod("web-0", u2, inSts, noIPs)},
+			release: true, reason: gc.ReleaseUIDMismatch, msg: []string{"no StatefulSet default/web exists"},
 		},
 		{
 			name:    "DisableStatefulSet: recreated member released",
 			claim:   gcClaim("web-0", u1),
-			pods:    []ipam.Pod{gcPod("web-0", u2, inSts, noIPs)},
+			pods:    []gc.Pod{gcPod("web-0", u2, inSts, noIPs)},
 			sets:    web,
-			opts:    ipam.GCOptions{DisableStatefulSet: true},
-			release: true, reason: ipam.GCReleaseUIDMismatch,
+			opts:    gc.Options{DisableStatefulSet: true},
+			release: true, reason: gc.ReleaseUIDMismatch,
 		},
 		{
 			name:    "a stateless pod named like a member is stateless",
 			claim:   gcClaim("web-0", u1),
-			pods:    []ipam.Pod{gcPod("web-0", u2, noIPs, func(p *ipam.Pod) { p.ControllerKind = "ReplicaSet" })},
+			pods:    []gc.Pod{gcPod("web-0", u2, noIPs, func(p *gc.Pod) { p.ControllerKind = "ReplicaSet" })},
 			sets:    web,
-			release: true, reason: ipam.GCReleaseUIDMismatch,
+			release: true, reason: gc.ReleaseUIDMismatch,
 		},
 		{
 			name:    "hostNetwork pod that took the name: old claim released",
 			claim:   gcClaim("app", u1),
-			pods:    []ipam.Pod{gcPod("app", u2, hostNet)},
-			release: true, reason: ipam.GCReleaseUIDMismatch,
+			pods:    []gc.Pod{gcPod("app", u2, hostNet)},
+			release: true, reason: gc.ReleaseUIDMismatch,
 		},
 
 		// Host network.
 		{
 			name:   "hostNetwork pod is ignored",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, hostNet, noIPs)},
-			opts:   ipam.GCOptions{ReleaseRunningWithoutIPs: true},
-			reason: ipam.GCKeepHostNetwork,
+			pods:   []gc.Pod{gcPod("app", u1, hostNet, noIPs)},
+			opts:   gc.Options{ReleaseRunningWithoutIPs: true},
+			reason: gc.KeepHostNetwork,
 		},
 		{
 			name:   "hostNetwork pod terminating past its deadline is ignored",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, hostNet, deleting(-time.Hour))},
-			reason: ipam.GCKeepHostNetwork,
+			pods:   []gc.Pod{gcPod("app", u1, hostNet, deleting(-time.Hour))},
+			reason: gc.KeepHostNetwork,
 		},
 
 		// Pending, Running, Unknown.
 		{
 			name:   "Pending pod kept",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, phase(ipam.PodPending), noIPs)},
-			reason: ipam.GCKeepPending,
+			pods:   []gc.Pod{gcPod("app", u1, phase(gc.PodPending), noIPs)},
+			reason: gc.KeepPending,
 		},
 		{
 			name:   "Pending pod terminating past its deadline on a NotReady node kept",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, phase(ipam.PodPending), noIPs, notReady, deleting(-time.Hour))},
-			reason: ipam.GCKeepPending,
+			pods:   []gc.Pod{gcPod("app", u1, phase(gc.PodPending), noIPs, notReady, deleting(-time.Hour))},
+			reason: gc.KeepPending,
 		},
 		{
 			name:   "pod without a phase counts as Pending",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, phase(""), noIPs, deleting(-time.Hour))},
-			opts:   ipam.GCOptions{ReleaseRunningWithoutIPs: true},
-			reason: ipam.GCKeepPending,
+			pods:   []gc.Pod{gcPod("app", u1, phase(""), noIPs, deleting(-time.Hour))},
+			opts:   gc.Options{ReleaseRunningWithoutIPs: true},
+			reason: gc.KeepPending,
 		},
 		{
 			name:   "Running pod with IPs kept",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1)},
-			reason: ipam.GCKeepRunning,
+			pods:   []gc.Pod{gcPod("app", u1)},
+			reason: gc.KeepRunning,
 		},
 		{
 			name:   "Unknown pod with IPs kept",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, phase(ipam.PodUnknown), notReady)},
-			reason: ipam.GCKeepRunning,
+			pods:   []gc.Pod{gcPod("app", u1, phase(gc.PodUnknown), notReady)},
+			reason: gc.KeepRunning,
 		},
 		{
 			name:   "Running pod without IPs kept by default",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, noIPs)},
-			reason: ipam.GCKeepRunningWithoutIPs,
+			pods:   []gc.Pod{gcPod("app", u1, noIPs)},
+			reason: gc.KeepRunningWithoutIPs,
 		},
 		{
 			name:    "Running pod without IPs released with ReleaseRunningWithoutIPs",
 			claim:   gcClaim("app", u1),
-			pods:    []ipam.Pod{gcPod("app", u1, noIPs)},
-			opts:    ipam.GCOptions{ReleaseRunningWithoutIPs: true},
-			release: true, reason: ipam.GCReleaseRunningWithoutIPs,
+			pods:    []gc.Pod{gcPod("app", u1, noIPs)},
+			opts:    gc.Options{ReleaseRunningWithoutIPs: true},
+			release: true, reason: gc.ReleaseRunningWithoutIPs,
 		},
 		{
 			name:   "Unknown pod without IPs kept by default (unlike Spiderpool's scan)",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, phase(ipam.PodUnknown), noIPs)},
-			reason: ipam.GCKeepRunningWithoutIPs,
+			pods:   []gc.Pod{gcPod("app", u1, phase(gc.PodUnknown), noIPs)},
+			reason: gc.KeepRunningWithoutIPs,
 		},
 		{
 			name:    "Unknown pod without IPs released with ReleaseRunningWithoutIPs",
 			claim:   gcClaim("app", u1),
-			pods:    []ipam.Pod{gcPod("app", u1, phase(ipam.PodUnknown), noIPs)},
-			opts:    ipam.GCOptions{ReleaseRunningWithoutIPs: true},
-			release: true, reason: ipam.GCReleaseRunningWithoutIPs,
+			pods:    []gc.Pod{gcPod("app", u1, phase(gc.PodUnknown), noIPs)},
+			opts:    gc.Options{ReleaseRunningWithoutIPs: true},
+			release: true, reason: gc.ReleaseRunningWithoutIPs,
 		},
 		{
 			name:   "valid StatefulSet pod Running without IPs kept even with the flag",
 			claim:  gcClaim("web-0", u1),
-			pods:   []ipam.Pod{gcPod("web-0", u1, inSts, noIPs)},
+			pods:   []gc.Pod{gcPod("web-0", u1, inSts, noIPs)},
 			sets:   web,
-			opts:   ipam.GCOptions{ReleaseRunningWithoutIPs: true},
-			reason: ipam.GCKeepStatefulSetMember,
+			opts:   gc.Options{ReleaseRunningWithoutIPs: true},
+			reason: gc.KeepStatefulSetMember,
 		},
 		{
 			name:    "invalid StatefulSet pod Running without IPs released without the flag",
 			claim:   gcClaim("web-3", u1),
-			pods:    []ipam.Pod{gcPod("web-3", u1, inSts, noIPs)},
+			pods:    []gc.Pod{gcPod("web-3", u1, inSts, noIPs)},
 			sets:    web,
-			release: true, reason: ipam.GCReleaseStatefulSetInvalid,
+			release: true, reason: gc.ReleaseStatefulSetInvalid,
 		},
 		{
 			name:   "invalid StatefulSet pod Running with IPs kept",
 			claim:  gcClaim("web-3", u1),
-			pods:   []ipam.Pod{gcPod("web-3", u1, inSts)},
+			pods:   []gc.Pod{gcPod("web-3", u1, inSts)},
 			sets:   web,
-			reason: ipam.GCKeepRunning,
+			reason: gc.KeepRunning,
 		},
 
 		// Terminating: deletion timestamp at gcBase, grace 30s.
 		{
 			name:   "terminating 1ns before the deletion timestamp kept",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, deleting(0))},
+			pods:   []gc.Pod{gcPod("app", u1, deleting(0))},
 			now:    -time.Nanosecond,
-			reason: ipam.GCKeepTerminating, msg: []string{"deletion timestamp 2026-07-01T12:00:00Z", "releasable from 2026-07-01T12:00:00Z", "now 2026-07-01T11:59:59.999999999Z"},
+			reason: gc.KeepTerminating, msg: []string{"deletion timestamp 2026-07-01T12:00:00Z", "releasable from 2026-07-01T12:00:00Z", "now 2026-07-01T11:59:59.999999999Z"},
 		},
 		{
 			name:    "terminating exactly at the deletion timestamp released",
 			claim:   gcClaim("app", u1),
-			pods:    []ipam.Pod{gcPod("app", u1, deleting(0))},
-			release: true, reason: ipam.GCReleaseTerminating,
+			pods:    []gc.Pod{gcPod("app", u1, deleting(0))},
+			release: true, reason: gc.ReleaseTerminating,
 		},
 		{
 			name:    "SP-49 released at T+delay, not T+grace+delay (the grace is in T already)",
 			claim:   gcClaim("app", u1),
-			pods:    []ipam.Pod{gcPod("app", u1, deleting(0), notReady)},
+			pods:    []gc.Pod{gcPod("app", u1, deleting(0), notReady)},
 			now:     time.Second,
-			release: true, reason: ipam.GCReleaseTerminating, msg: []string{"grace 30s"},
+			release: true, reason: gc.ReleaseTerminating, msg: []string{"grace 30s"},
 		},
 		{
 			name:   "additional delay: 1ns before T+delay kept",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, deleting(0))},
+			pods:   []gc.Pod{gcPod("app", u1, deleting(0))},
 			now:    5*time.Second - time.Nanosecond,
-			opts:   ipam.GCOptions{AdditionalGraceDelay: 5 * time.Second},
-			reason: ipam.GCKeepTerminating, msg: []string{"releasable from 2026-07-01T12:00:05Z", "additional delay 5s"},
+			opts:   gc.Options{AdditionalGraceDelay: 5 * time.Second},
+			reason: gc.KeepTerminating, msg: []string{"releasable from 2026-07-01T12:00:05Z", "additional delay 5s"},
 		},
 		{
 			name:    "additional delay: exactly at T+delay released",
 			claim:   gcClaim("app", u1),
-			pods:    []ipam.Pod{gcPod("app", u1, deleting(0))},
+			pods:    []gc.Pod{gcPod("app", u1, deleting(0))},
 			now:     5 * time.Second,
-			opts:    ipam.GCOptions{AdditionalGraceDelay: 5 * time.Second},
-			release: true, reason: ipam.GCReleaseTerminating,
+			opts:    gc.Options{AdditionalGraceDelay: 5 * time.Second},
+			release: true, reason: gc.ReleaseTerminating,
 		},
 		{
 			name:   "negative additional delay counts as zero",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, deleting(0))},
+			pods:   []gc.Pod{gcPod("app", u1, deleting(0))},
 			now:    -time.Nanosecond,
-			opts:   ipam.GCOptions{AdditionalGraceDelay: -time.Hour},
-			reason: ipam.GCKeepTerminating,
+			opts:   gc.Options{AdditionalGraceDelay: -time.Hour},
+			reason: gc.KeepTerminating,
 		},
 		{
 			name:   "Ready node, GC on Ready nodes disabled: kept",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, deleting(0))},
+			pods:   []gc.Pod{gcPod("app", u1, deleting(0))},
 			now:    time.Hour,
-			opts:   ipam.GCOptions{DisableTerminatingOnReadyNode: true},
-			reason: ipam.GCKeepReadyNode,
+			opts:   gc.Options{DisableTerminatingOnReadyNode: true},
+			reason: gc.KeepReadyNode,
 		},
 		{
 			name:    "Ready node, GC on NotReady nodes disabled: released",
 			claim:   gcClaim("app", u1),
-			pods:    []ipam.Pod{gcPod("app", u1, deleting(0))},
+			pods:    []gc.Pod{gcPod("app", u1, deleting(0))},
 			now:     time.Hour,
-			opts:    ipam.GCOptions{DisableTerminatingOnNotReadyNode: true},
-			release: true, reason: ipam.GCReleaseTerminating,
+			opts:    gc.Options{DisableTerminatingOnNotReadyNode: true},
+			release: true, reason: gc.ReleaseTerminating,
 		},
 		{
 			name:   "SP-49 flag false: NotReady node, GC on NotReady nodes disabled: kept",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, deleting(0), notReady)},
+			pods:   []gc.Pod{gcPod("app", u1, deleting(0), notReady)},
 			now:    time.Hour,
-			opts:   ipam.GCOptions{DisableTerminatingOnNotReadyNode: true},
-			reason: ipam.GCKeepNotReadyNode,
+			opts:   gc.Options{DisableTerminatingOnNotReadyNode: true},
+			reason: gc.KeepNotReadyNode,
 		},
 		{
 			name:    "NotReady node, GC on Ready nodes disabled: released",
 			claim:   gcClaim("app", u1),
-			pods:    []ipam.Pod{gcPod("app", u1, deleting(0), notReady)},
+			pods:    []gc.Pod{gcPod("app", u1, deleting(0), notReady)},
 			now:     time.Hour,
-			opts:    ipam.GCOptions{DisableTerminatingOnReadyNode: true},
-			release: true, reason: ipam.GCReleaseTerminating,
+			opts:    gc.Options{DisableTerminatingOnReadyNode: true},
+			release: true, reason: gc.ReleaseTerminating,
 		},
 		{
 			name:    "terminating without IPs before the deadline released at once",
 			claim:   gcClaim("app", u1),
-			pods:    []ipam.Pod{gcPod("app", u1, deleting(time.Hour), noIPs)},
-			release: true, reason: ipam.GCReleaseTerminatingWithoutIPs, msg: []string{"no addresses"},
+			pods:    []gc.Pod{gcPod("app", u1, deleting(time.Hour), noIPs)},
+			release: true, reason: gc.ReleaseTerminatingWithoutIPs, msg: []string{"no addresses"},
 		},
 		{
 			name:   "terminating without IPs on a NotReady node, flag off: kept",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, deleting(time.Hour), noIPs, notReady)},
-			opts:   ipam.GCOptions{DisableTerminatingOnNotReadyNode: true},
-			reason: ipam.GCKeepNotReadyNode,
+			pods:   []gc.Pod{gcPod("app", u1, deleting(time.Hour), noIPs, notReady)},
+			opts:   gc.Options{DisableTerminatingOnNotReadyNode: true},
+			reason: gc.KeepNotReadyNode,
 		},
 		{
 			name:   "terminating without IPs on a Ready node, flag off: kept",
 			claim:  gcClaim("app", u1),
-			pods:   []ipam.Pod{gcPod("app", u1, deleting(time.Hour), noIPs)},
-			opts:   ipam.GCOptions{DisableTerminatingOnReadyNode: true},
-			reason: ipam.GCKeepReadyNode,
+			pods:   []gc.Pod{gcPod("app", u1, deleting(time.Hour), noIPs)},
+			opts:   gc.Options{DisableTerminatingOnReadyNode: true},
+			reason: gc.KeepReadyNode,
 		},
 		{
 			name:    "Unknown pod terminating past the deadline released",
 			claim:   gcClaim("app", u1),
-			pods:    []ipam.Pod{gcPod("app", u1, phase(ipam.PodUnknown), deleting(-time.Minute), notReady)},
-			release: true, reason: ipam.GCReleaseTerminating,
+			pods:    []gc.Pod{gcPod("app", u1, phase(gc.PodUnknown), deleting(-time.Minute), notReady)},
+			release: true, reason: gc.ReleaseTerminating,
 		},
 		{
 			name:   "valid StatefulSet member terminating past the deadline kept",
 			claim:  gcClaim("web-1", u1),
-			pods:   []ipam.Pod{gcPod("web-1", u1, inSts, deleting(-time.Hour))},
+			pods:   []gc.Pod{gcPod("web-1", u1, inSts, deleting(-time.Hour))},
 			sets:   web,
-			reason: ipam.GCKeepStatefulSetMember,
+			reason: gc.KeepStatefulSetMember,
 		},
 		{
 			name:   "valid StatefulSet member terminating without IPs kept",
 			claim:  gcClaim("web-1", u1),
-			pods:   []ipam.Pod{gcPod("web-1", u1, inSts, deleting(time.Hour), noIPs)},
+			pods:   []gc.Pod{gcPod("web-1", u1, inSts, deleting(time.Hour), noIPs)},
 			sets:   web,
-			reason: ipam.GCKeepStatefulSetMember,
+			reason: gc.KeepStatefulSetMember,
 		},
 		{
 			name:    "invalid StatefulSet member terminating past the deadline released",
 			claim:   gcClaim("web-5", u1),
-			pods:    []ipam.Pod{gcPod("web-5", u1, inSts, deleting(-time.Hour))},
+			pods:    []gc.Pod{gcPod("web-5", u1, inSts, deleting(-time.Hour))},
 			sets:    web,
-			release: true, reason: ipam.GCReleaseTerminating,
+			release: true, reason: gc.ReleaseTerminating,
 		},
 		{
 			name:   "invalid StatefulSet member terminating before the deadline kept",
 			claim:  gcClaim("web-5", u1),
-			pods:   []ipam.Pod{gcPod("web-5", u1, inSts, deleting(time.Hour))},
+			pods:   []gc.Pod{gcPod("web-5", u1, inSts, deleting(time.Hour))},
 			sets:   web,
-			reason: ipam.GCKeepTerminating,
+			reason: gc.KeepTerminating,
 		},
 		{
 			name:   "invalid StatefulSet member past the deadline on a NotReady node, flag off: kept",
 			claim:  gcClaim("web-5", u1),
-			pods:   []ipam.Pod{gcPod("web-5", u1, inSts, deleting(-time.Hour), notReady)},
+			pods:   []gc.Pod{gcPod("web-5", u1, inSts, deleting(-time.Hour), notReady)},
 			sets:   web,
-			opts:   ipam.GCOptions{DisableTerminatingOnNotReadyNode: true},
-			reason: ipam.GCKeepNotReadyNode,
+			opts:   gc.Options{DisableTerminatingOnNotReadyNode: true},
+			reason: gc.KeepNotReadyNode,
 		},
 		{
 			name:    "DisableStatefulSet: valid member terminating past the deadline released",
 			claim:   gcClaim("web-1", u1),
-			pods:    []ipam.Pod{gcPod("web-1", u1, inSts, deleting(-time.Hour))},
+			pods:    []gc.Pod{gcPod("web-1", u1, inSts, deleting(-time.Hour))},
 			sets:    web,
-			opts:    ipam.GCOptions{DisableStatefulSet: true},
-			release: true, reason: ipam.GCReleaseTerminating,
+			opts:    gc.Options{DisableStatefulSet: true},
+			release: true, reason: gc.ReleaseTerminating,
 		},
 
 		// Succeeded and Failed: finished at gcBase, termination grace 30s.
 		{
 			name:   "SP-50 Succeeded: 1ns before F+grace kept",
 			claim:  gcClaim("job", u1),
-			pods:   []ipam.Pod{gcPod("job", u1, finishedAt(ipam.PodSucceeded, 0))},
+			pods:   []gc.Pod{gcPod("job", u1, finishedAt(gc.PodSucceeded, 0))},
 			now:    30*time.Second - time.Nanosecond,
-			reason: ipam.GCKeepFinished, msg: []string{"Succeeded since 2026-07-01T12:00:00Z", "releasable from 2026-07-01T12:00:30Z"},
+			reason: gc.KeepFinished, msg: []string{"Succeeded since 2026-07-01T12:00:00Z", "releasable from 2026-07-01T12:00:30Z"},
 		},
 		{
 			name:    "SP-50 Succeeded: exactly at F+grace released",
 			claim:   gcClaim("job", u1),
-			pods:    []ipam.Pod{gcPod("job", u1, finishedAt(ipam.PodSucceeded, 0))},
+			pods:    []gc.Pod{gcPod("job", u1, finishedAt(gc.PodSucceeded, 0))},
 			now:     30 * time.Second,
-			release: true, reason: ipam.GCReleaseFinished,
+			release: true, reason: gc.ReleaseFinished,
 		},
 		{
 			name:    "SP-50 Failed: exactly at F+grace released",
 			claim:   gcClaim("job", u1),
-			pods:    []ipam.Pod{gcPod("job", u1, finishedAt(ipam.PodFailed, 0), noIPs)},
+			pods:    []gc.Pod{gcPod("job", u1, finishedAt(gc.PodFailed, 0), noIPs)},
 			now:     30 * time.Second,
-			release: true, reason: ipam.GCReleaseFinished,
+			release: true, reason: gc.ReleaseFinished,
 		},
 		{
 			name:   "SP-50 additional delay: 1ns before F+grace+delay kept",
 			claim:  gcClaim("job", u1),
-			pods:   []ipam.Pod{gcPod("job", u1, finishedAt(ipam.PodSucceeded, 0))},
+			pods:   []gc.Pod{gcPod("job", u1, finishedAt(gc.PodSucceeded, 0))},
 			now:    35*time.Second - time.Nanosecond,
-			opts:   ipam.GCOptions{AdditionalGraceDelay: 5 * time.Second},
-			reason: ipam.GCKeepFinished,
+			opts:   gc.Options{AdditionalGraceDelay: 5 * time.Second},
+			reason: gc.KeepFinished,
 		},
 		{
 			name:    "SP-50 additional delay: exactly at F+grace+delay released",
 			claim:   gcClaim("job", u1),
-			pods:    []ipam.Pod{gcPod("job", u1, finishedAt(ipam.PodSucceeded, 0))},
+			pods:    []gc.Pod{gcPod("job", u1, finishedAt(gc.PodSucceeded, 0))},
 			now:     35 * time.Second,
-			opts:    ipam.GCOptions{AdditionalGraceDelay: 5 * time.Second},
-			release: true, reason: ipam.GCReleaseFinished,
+			opts:    gc.Options{AdditionalGraceDelay: 5 * time.Second},
+			release: true, reason: gc.ReleaseFinished,
 		},
 		{
 			name:   "finished on a Ready node, flag off: kept",
 			claim:  gcClaim("job", u1),
-			pods:   []ipam.Pod{gcPod("job", u1, finishedAt(ipam.PodSucceeded, 0))},
+			pods:   []gc.Pod{gcPod("job", u1, finishedAt(gc.PodSucceeded, 0))},
 			now:    time.Hour,
-			opts:   ipam.GCOptions{DisableTerminatingOnReadyNode: true},
-			reason: ipam.GCKeepReadyNode,
+			opts:   gc.Options{DisableTerminatingOnReadyNode: true},
+			reason: gc.KeepReadyNode,
 		},
 		{
 			name:   "finished on a NotReady node, flag off: kept",
 			claim:  gcClaim("job", u1),
-			pods:   []ipam.Pod{gcPod("job", u1, finishedAt(ipam.PodFailed, 0), notReady)},
+			pods:   []gc.Pod{gcPod("job", u1, finishedAt(gc.PodFailed, 0), notReady)},
 			now:    time.Hour,
-			opts:   ipam.GCOptions{DisableTerminatingOnNotReadyNode: true},
-			reason: ipam.GCKeepNotReadyNode,
+			opts:   gc.Options{DisableTerminatingOnNotReadyNode: true},
+			reason: gc.KeepNotReadyNode,
 		},
 		{
 			name:   "finished, finish time unknown, not terminating: kept",
 			claim:  gcClaim("job", u1),
-			pods:   []ipam.Pod{gcPod("job", u1, phase(ipam.PodFailed))},
+			pods:   []gc.Pod{gcPod("job", u1, phase(gc.PodFailed))},
 			now:    time.Hour,
-			reason: ipam.GCKeepFinishedTimeUnknown,
+			reason: gc.KeepFinishedTimeUnknown,
 		},
 		{
 			name:    "finished, finish time unknown, terminating past the deadline: released",
 			claim:   gcClaim("job", u1),
-			pods:    []ipam.Pod{gcPod("job", u1, phase(ipam.PodFailed), deleting(0))},
-			release: true, reason: ipam.GCReleaseTerminating,
+			pods:    []gc.Pod{gcPod("job", u1, phase(gc.PodFailed), deleting(0))},
+			release: true, reason: gc.ReleaseTerminating,
 		},
 		{
 			name:   "finished and terminating: the finish deadline decides",
 			claim:  gcClaim("job", u1),
-			pods:   []ipam.Pod{gcPod("job", u1, finishedAt(ipam.PodSucceeded, 0), deleting(-time.Minute))},
+			pods:   []gc.Pod{gcPod("job", u1, finishedAt(gc.PodSucceeded, 0), deleting(-time.Minute))},
 			now:    10 * time.Second,
-			reason: ipam.GCKeepFinished,
+			reason: gc.KeepFinished,
 		},
 		{
 			name:   "valid StatefulSet member Succeeded kept",
 			claim:  gcClaim("web-0", u1),
-			pods:   []ipam.Pod{gcPod("web-0", u1, inSts, finishedAt(ipam.PodSucceeded, -time.Hour))},
+			pods:   []gc.Pod{gcPod("web-0", u1, inSts, finishedAt(gc.PodSucceeded, -time.Hour))},
 			sets:   web,
-			reason: ipam.GCKeepStatefulSetMember,
+			reason: gc.KeepStatefulSetMember,
 		},
 		{
 			name:   "valid StatefulSet member Failed and terminating kept",
 			claim:  gcClaim("web-0", u1),
-			pods:   []ipam.Pod{gcPod("web-0", u1, inSts, finishedAt(ipam.PodFailed, -time.Hour), deleting(-time.Hour))},
+			pods:   []gc.Pod{gcPod("web-0", u1, inSts, finishedAt(gc.PodFailed, -time.Hour), deleting(-time.Hour))},
 			sets:   web,
-			reason: ipam.GCKeepStatefulSetMember,
+			reason: gc.KeepStatefulSetMember,
 		},
 		{
 			name:    "invalid StatefulSet member Failed released at once",
 			claim:   gcClaim("web-0", u1),
-			pods:    []ipam.Pod{gcPod("web-0", u1, inSts, finishedAt(ipam.PodFailed, 0))},
-			sets:    []ipam.StatefulSet{sts("web", 0, 0)},
-			release: true, reason: ipam.GCReleaseStatefulSetInvalid,
+			pods:    []gc.Pod{gcPod("web-0", u1, inSts, finishedAt(gc.PodFailed, 0))},
+			sets:    []gc.StatefulSet{sts("web", 0, 0)},
+			release: true, reason: gc.ReleaseStatefulSetInvalid,
 		},
 	}
 }
@@ -670,9 +672,9 @@ func gcCases() []gcCase {
 func TestDecideGC(t *testing.T) {
 	for _, tc := range gcCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			snap, err := ipam.NewGCSnapshot(gcBase, tc.pods, tc.sets)
+			snap, err := gc.NewSnapshot(gcBase, tc.pods, tc.sets)
 			require.NoError(t, err)
-			got := ipam.DecideGC([]store.Claim{tc.claim}, snap, gcBase.Add(tc.now), tc.opts)
+			got := gc.Decide([]store.Claim{tc.claim}, snap, gcBase.Add(tc.now), tc.opts)
 			require.Len(t, got, 1)
 			d := got[0]
 			require.Equal(t, tc.reason, d.Reason, "message: %s", d.Message)
@@ -693,29 +695,29 @@ func TestDecideGC(t *testing.T) {
 // Every reason is produced by some case of the table, and keep and release
 // reasons never mix.
 func TestDecideGCReasonsCovered(t *testing.T) {
-	release := map[ipam.GCReason]bool{}
+	release := map[gc.Reason]bool{}
 	for _, tc := range gcCases() {
 		if prev, ok := release[tc.reason]; ok {
 			require.Equal(t, prev, tc.release, "reason %s is both keep and release", tc.reason)
 		}
 		release[tc.reason] = tc.release
 	}
-	release[ipam.GCKeepNoSnapshot] = false // TestDecideGCNilSnapshot
-	all := []ipam.GCReason{
-		ipam.GCReleasePodGone, ipam.GCReleaseUIDMismatch, ipam.GCReleaseTerminating,
-		ipam.GCReleaseTerminatingWithoutIPs, ipam.GCReleaseFinished, ipam.GCReleaseStatefulSetInvalid,
-		ipam.GCReleaseRunningWithoutIPs,
-		ipam.GCKeepNotPodOwned, ipam.GCKeepNoSnapshot, ipam.GCKeepClaimedAfterSnapshot,
-		ipam.GCKeepStatefulSetMember, ipam.GCKeepStatefulSetReuse, ipam.GCKeepHostNetwork,
-		ipam.GCKeepPending, ipam.GCKeepRunning, ipam.GCKeepRunningWithoutIPs, ipam.GCKeepTerminating,
-		ipam.GCKeepFinished, ipam.GCKeepFinishedTimeUnknown, ipam.GCKeepReadyNode, ipam.GCKeepNotReadyNode,
+	release[gc.KeepNoSnapshot] = false // TestDecideGCNilSnapshot
+	all := []gc.Reason{
+		gc.ReleasePodGone, gc.ReleaseUIDMismatch, gc.ReleaseTerminating,
+		gc.ReleaseTerminatingWithoutIPs, gc.ReleaseFinished, gc.ReleaseStatefulSetInvalid,
+		gc.ReleaseRunningWithoutIPs,
+		gc.KeepNotPodOwned, gc.KeepNoSnapshot, gc.KeepClaimedAfterSnapshot,
+		gc.KeepStatefulSetMember, gc.KeepStatefulSetReuse, gc.KeepHostNetwork,
+		gc.KeepPending, gc.KeepRunning, gc.KeepRunningWithoutIPs, gc.KeepTerminating,
+		gc.KeepFinished, gc.KeepFinishedTimeUnknown, gc.KeepReadyNode, gc.KeepNotReadyNode,
 	}
 	for _, r := range all {
 		_, ok := release[r]
 		require.True(t, ok, "no case produces %s", r)
 	}
 	require.Len(t, release, len(all), "a reason in the table is missing from the list")
-	seen := map[ipam.GCReason]bool{}
+	seen := map[gc.Reason]bool{}
 	for _, r := range all {
 		require.False(t, seen[r], "duplicate value %q", r)
 		seen[r] = true
@@ -727,22 +729,22 @@ func TestDecideGCNilSnapshot(t *testing.T) {
 		gcClaim("app", "u1"),
 		{Pool: "p", IP: netip.MustParseAddr("10.0.0.3"), Owner: store.Owner{ContainerID: "c1"}},
 	}
-	got := ipam.DecideGC(claims, nil, gcBase, ipam.GCOptions{})
+	got := gc.Decide(claims, nil, gcBase, gc.Options{})
 	require.Len(t, got, 2)
-	require.Equal(t, ipam.GCKeepNoSnapshot, got[0].Reason)
+	require.Equal(t, gc.KeepNoSnapshot, got[0].Reason)
 	require.False(t, got[0].Release)
-	require.Equal(t, ipam.GCKeepNotPodOwned, got[1].Reason)
+	require.Equal(t, gc.KeepNotPodOwned, got[1].Reason)
 	require.False(t, got[1].Release)
 }
 
-// The zero GCSnapshot keeps every claim that records a time, and has no pods
+// The zero Snapshot keeps every claim that records a time, and has no pods
 // for the others.
 func TestDecideGCZeroSnapshot(t *testing.T) {
 	claims := []store.Claim{gcClaim("app", "u1"), withTime(gcClaim("app", "u1"), time.Time{})}
-	got := ipam.DecideGC(claims, &ipam.GCSnapshot{}, gcBase, ipam.GCOptions{})
-	require.Equal(t, ipam.GCKeepClaimedAfterSnapshot, got[0].Reason)
+	got := gc.Decide(claims, &gc.Snapshot{}, gcBase, gc.Options{})
+	require.Equal(t, gc.KeepClaimedAfterSnapshot, got[0].Reason)
 	require.False(t, got[0].Release)
-	require.Equal(t, ipam.GCReleasePodGone, got[1].Reason)
+	require.Equal(t, gc.ReleasePodGone, got[1].Reason)
 	require.True(t, got[1].Release)
 }
 
@@ -759,38 +761,38 @@ func TestDecideGCOrder(t *testing.T) {
 		claims[i].IP = netip.AddrFrom4([4]byte{10, 0, 0, byte(10 + i)})
 	}
 	before := slices.Clone(claims)
-	snap, err := ipam.NewGCSnapshot(gcBase, []ipam.Pod{gcPod("alive", "u2")}, []ipam.StatefulSet{sts("web", 2, 0)})
+	snap, err := gc.NewSnapshot(gcBase, []gc.Pod{gcPod("alive", "u2")}, []gc.StatefulSet{sts("web", 2, 0)})
 	require.NoError(t, err)
 
-	got := ipam.DecideGC(claims, snap, gcBase, ipam.GCOptions{})
-	want := []ipam.GCDecision{
-		{Claim: claims[0], Release: true, Reason: ipam.GCReleasePodGone},
-		{Claim: claims[1], Reason: ipam.GCKeepRunning},
-		{Claim: claims[2], Reason: ipam.GCKeepNotPodOwned},
-		{Claim: claims[3], Reason: ipam.GCKeepStatefulSetMember},
+	got := gc.Decide(claims, snap, gcBase, gc.Options{})
+	want := []gc.Decision{
+		{Claim: claims[0], Release: true, Reason: gc.ReleasePodGone},
+		{Claim: claims[1], Reason: gc.KeepRunning},
+		{Claim: claims[2], Reason: gc.KeepNotPodOwned},
+		{Claim: claims[3], Reason: gc.KeepStatefulSetMember},
 	}
-	opts := cmp.Options{cmpopts.EquateComparable(netip.Addr{}), cmpopts.IgnoreFields(ipam.GCDecision{}, "Message")}
+	opts := cmp.Options{cmpopts.EquateComparable(netip.Addr{}), cmpopts.IgnoreFields(gc.Decision{}, "Message")}
 	if diff := cmp.Diff(want, got, opts); diff != "" {
 		t.Errorf("decisions (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(before, claims, opts); diff != "" {
 		t.Errorf("input changed (-want +got):\n%s", diff)
 	}
-	again := ipam.DecideGC(claims, snap, gcBase, ipam.GCOptions{})
+	again := gc.Decide(claims, snap, gcBase, gc.Options{})
 	if diff := cmp.Diff(got, again, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
 		t.Errorf("not deterministic (-first +second):\n%s", diff)
 	}
-	require.Empty(t, ipam.DecideGC(nil, snap, gcBase, ipam.GCOptions{}))
+	require.Empty(t, gc.Decide(nil, snap, gcBase, gc.Options{}))
 }
 
 // Messages are whole sentences with the facts; these are pinned exactly.
 func TestDecideGCMessages(t *testing.T) {
-	snap, err := ipam.NewGCSnapshot(gcBase,
-		[]ipam.Pod{gcPod("api", "u1", deleting(-10*time.Second))},
-		[]ipam.StatefulSet{sts("web", 2, 0)})
+	snap, err := gc.NewSnapshot(gcBase,
+		[]gc.Pod{gcPod("api", "u1", deleting(-10*time.Second))},
+		[]gc.StatefulSet{sts("web", 2, 0)})
 	require.NoError(t, err)
-	got := ipam.DecideGC([]store.Claim{gcClaim("api", "u1"), gcClaim("web-1", "u2"), gcClaim("web-2", "u3")},
-		snap, gcBase, ipam.GCOptions{AdditionalGraceDelay: 5 * time.Second})
+	got := gc.Decide([]store.Claim{gcClaim("api", "u1"), gcClaim("web-1", "u2"), gcClaim("web-2", "u3")},
+		snap, gcBase, gc.Options{AdditionalGraceDelay: 5 * time.Second})
 	want := []string{
 		"pod default/api (uid u1) is terminating (deletion timestamp 2026-07-01T11:59:50Z, grace 30s); releasable from 2026-07-01T11:59:55Z (additional delay 5s); now 2026-07-01T12:00:00Z",
 		"pod default/web-1 (uid u2) no longer exists, but ordinal 1 is within StatefulSet default/web's ordinals 0-1: its recreated pod will reuse p/10.0.0.10",
@@ -809,47 +811,47 @@ func TestDecideGCMessages(t *testing.T) {
 // new UIDs, and take their claims over; no snapshot along the way releases
 // anything.
 func TestDecideGCScenarioSP44(t *testing.T) {
-	set := []ipam.StatefulSet{sts("test-sts", 2, 0)}
+	set := []gc.StatefulSet{sts("test-sts", 2, 0)}
 	claims := []store.Claim{gcClaim("test-sts-0", "old0"), gcClaim("test-sts-1", "old1")}
 	claims[1].IP = netip.MustParseAddr("10.0.0.11")
 
 	steps := []struct {
 		name string
-		pods []ipam.Pod
-		want ipam.GCReason
+		pods []gc.Pod
+		want gc.Reason
 	}{
-		{"pods deleted", nil, ipam.GCKeepStatefulSetMember},
-		{"pods recreated, Pending", []ipam.Pod{
-			gcPod("test-sts-0", "new0", inSts, phase(ipam.PodPending), noIPs),
-			gcPod("test-sts-1", "new1", inSts, phase(ipam.PodPending), noIPs),
-		}, ipam.GCKeepStatefulSetReuse},
-		{"old pods terminating past the deadline", []ipam.Pod{
+		{"pods deleted", nil, gc.KeepStatefulSetMember},
+		{"pods recreated, Pending", []gc.Pod{
+			gcPod("test-sts-0", "new0", inSts, phase(gc.PodPending), noIPs),
+			gcPod("test-sts-1", "new1", inSts, phase(gc.PodPending), noIPs),
+		}, gc.KeepStatefulSetReuse},
+		{"old pods terminating past the deadline", []gc.Pod{
 			gcPod("test-sts-0", "old0", inSts, deleting(-time.Hour), notReady),
 			gcPod("test-sts-1", "old1", inSts, deleting(-time.Hour), noIPs),
-		}, ipam.GCKeepStatefulSetMember},
+		}, gc.KeepStatefulSetMember},
 	}
 	for _, st := range steps {
-		snap, err := ipam.NewGCSnapshot(gcBase, st.pods, set)
+		snap, err := gc.NewSnapshot(gcBase, st.pods, set)
 		require.NoError(t, err)
-		for _, d := range ipam.DecideGC(claims, snap, gcBase, ipam.GCOptions{}) {
+		for _, d := range gc.Decide(claims, snap, gcBase, gc.Options{}) {
 			require.False(t, d.Release, "%s: %s", st.name, d.Message)
 			require.Equal(t, st.want, d.Reason, "%s: %s", st.name, d.Message)
 		}
 	}
 
 	// Scaled down to one replica: the second pod's claim goes once it is gone.
-	snap, err := ipam.NewGCSnapshot(gcBase, nil, []ipam.StatefulSet{sts("test-sts", 1, 0)})
+	snap, err := gc.NewSnapshot(gcBase, nil, []gc.StatefulSet{sts("test-sts", 1, 0)})
 	require.NoError(t, err)
-	got := ipam.DecideGC(claims, snap, gcBase, ipam.GCOptions{})
+	got := gc.Decide(claims, snap, gcBase, gc.Options{})
 	require.False(t, got[0].Release)
 	require.True(t, got[1].Release)
-	require.Equal(t, ipam.GCReleasePodGone, got[1].Reason)
+	require.Equal(t, gc.ReleasePodGone, got[1].Reason)
 }
 
 func TestNewGCSnapshot(t *testing.T) {
-	pods := []ipam.Pod{gcPod("a", "u1"), gcPod("a", "u2", func(p *ipam.Pod) { p.Namespace = "other" })}
-	sets := []ipam.StatefulSet{sts("web", 2, 0)}
-	snap, err := ipam.NewGCSnapshot(gcBase, pods, sets)
+	pods := []gc.Pod{gcPod("a", "u1"), gcPod("a", "u2", func(p *gc.Pod) { p.Namespace = "other" })}
+	sets := []gc.StatefulSet{sts("web", 2, 0)}
+	snap, err := gc.NewSnapshot(gcBase, pods, sets)
 	require.NoError(t, err)
 	require.Equal(t, gcBase, snap.Time())
 	p, ok := snap.Pod("other", "a")
@@ -870,20 +872,20 @@ func TestNewGCSnapshot(t *testing.T) {
 }
 
 func TestNewGCSnapshotErrors(t *testing.T) {
-	pods := []ipam.Pod{
+	pods := []gc.Pod{
 		{Namespace: "default", UID: "u0"},
 		{Namespace: "default", Name: "a"},
 		gcPod("b", "u2", phase("Sleeping")),
-		gcPod("c", "u3", func(p *ipam.Pod) { p.DeletionGracePeriod = -time.Second; p.TerminationGracePeriod = -time.Second }),
+		gcPod("c", "u3", func(p *gc.Pod) { p.DeletionGracePeriod = -time.Second; p.TerminationGracePeriod = -time.Second }),
 		gcPod("b", "u4"),
 		gcPod("d", "u2"),
 	}
-	sets := []ipam.StatefulSet{
+	sets := []gc.StatefulSet{
 		{Namespace: "default"},
 		{Namespace: "default", Name: "web", Replicas: -1, OrdinalsStart: -2},
 		sts("web", 1, 0),
 	}
-	snap, err := ipam.NewGCSnapshot(gcBase, pods, sets)
+	snap, err := gc.NewSnapshot(gcBase, pods, sets)
 	require.Nil(t, snap)
 	require.ErrorIs(t, err, ipam.ErrInvalid)
 	for _, want := range []string{
@@ -907,9 +909,9 @@ func TestNewGCSnapshotErrors(t *testing.T) {
 }
 
 func TestGCOptionsValidate(t *testing.T) {
-	require.NoError(t, ipam.GCOptions{}.Validate())
-	require.NoError(t, ipam.GCOptions{AdditionalGraceDelay: time.Second, ClockSkew: time.Second}.Validate())
-	err := ipam.GCOptions{AdditionalGraceDelay: -time.Second, ClockSkew: -time.Millisecond}.Validate()
+	require.NoError(t, gc.Options{}.Validate())
+	require.NoError(t, gc.Options{AdditionalGraceDelay: time.Second, ClockSkew: time.Second}.Validate())
+	err := gc.Options{AdditionalGraceDelay: -time.Second, ClockSkew: -time.Millisecond}.Validate()
 	require.ErrorIs(t, err, ipam.ErrInvalid)
 	require.ErrorContains(t, err, `AdditionalGraceDelay "-1s": negative`)
 	require.ErrorContains(t, err, `ClockSkew "-1ms": negative`)
@@ -934,9 +936,9 @@ func gcAllocate(t *testing.T, a *ipam.Allocator, name, uid string) netip.Addr {
 
 func gcAllocateAt(t *testing.T, a *ipam.Allocator, name, uid string, at time.Time) netip.Addr {
 	t.Helper()
-	req := ipam.Request{Namespace: "default", Name: name, UID: uid, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+	req := ipam.Request{Namespace: "default", Name: name, UID: uid, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}
 	if uid == "" {
-		req = ipam.Request{ContainerID: name, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+		req = ipam.Request{ContainerID: name, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}
 	}
 	res, err := a.AllocateAt(context.Background(), req, at)
 	require.NoError(t, err)
@@ -963,19 +965,19 @@ func TestCollectGarbage(t *testing.T) {
 	term := gcAllocate(t, a, "term", "u3")
 	cid := gcAllocate(t, a, "c1", "")
 
-	snap, err := ipam.NewGCSnapshot(gcBase, []ipam.Pod{
+	snap, err := gc.NewSnapshot(gcBase, []gc.Pod{
 		gcPod("alive", "u1"),
 		gcPod("term", "u3", deleting(-time.Minute)),
 	}, nil)
 	require.NoError(t, err)
-	ds, err := a.CollectGarbage(ctx, snap, gcBase, ipam.GCOptions{})
+	ds, err := gc.Collect(ctx, a, snap, gcBase, gc.Options{})
 	require.NoError(t, err)
 
 	type verdict struct {
 		IP      netip.Addr
 		Release bool
 		Applied bool
-		Reason  ipam.GCReason
+		Reason  gc.Reason
 	}
 	var got []verdict
 	for _, d := range ds {
@@ -983,10 +985,10 @@ func TestCollectGarbage(t *testing.T) {
 		got = append(got, verdict{d.Claim.IP, d.Release, d.Applied, d.Reason})
 	}
 	want := []verdict{
-		{alive, false, false, ipam.GCKeepRunning},
-		{gone, true, true, ipam.GCReleasePodGone},
-		{term, true, true, ipam.GCReleaseTerminating},
-		{cid, false, false, ipam.GCKeepNotPodOwned},
+		{alive, false, false, gc.KeepRunning},
+		{gone, true, true, gc.ReleasePodGone},
+		{term, true, true, gc.ReleaseTerminating},
+		{cid, false, false, gc.KeepNotPodOwned},
 	}
 	slices.SortFunc(want, func(x, y verdict) int { return x.IP.Compare(y.IP) })
 	if diff := cmp.Diff(want, got, cmpopts.EquateComparable(netip.Addr{})); diff != "" {
@@ -1005,12 +1007,12 @@ func TestCollectGarbage(t *testing.T) {
 	}
 	require.Contains(t, fresh, gone)
 	require.Contains(t, fresh, term)
-	_, err = a.AllocateAt(ctx, ipam.Request{UID: "n4", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}, gcBase)
+	_, err = a.AllocateAt(ctx, ipam.Request{UID: "n4", Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}, gcBase)
 	require.ErrorIs(t, err, ipam.ErrExhausted)
 
 	// A second run releases nothing more: the new claims are newer than the
 	// snapshot.
-	ds, err = a.CollectGarbage(ctx, snap, gcBase, ipam.GCOptions{})
+	ds, err = gc.Collect(ctx, a, snap, gcBase, gc.Options{})
 	require.NoError(t, err)
 	for _, d := range ds {
 		require.False(t, d.Applied, "%s: %s", d.Claim.IP, d.Message)
@@ -1078,14 +1080,14 @@ func TestCollectGarbageRepointedClaimSurvives(t *testing.T) {
 
 	// The StatefulSet was scaled to zero when the snapshot was taken, so the
 	// gone web-0's claim is judged releasable.
-	snap, err := ipam.NewGCSnapshot(gcBase, nil, []ipam.StatefulSet{sts("web", 0, 0)})
+	snap, err := gc.NewSnapshot(gcBase, nil, []gc.StatefulSet{sts("web", 0, 0)})
 	require.NoError(t, err)
-	ds, err := a.CollectGarbage(ctx, snap, gcBase, ipam.GCOptions{})
+	ds, err := gc.Collect(ctx, a, snap, gcBase, gc.Options{})
 	require.NoError(t, err, "a lost race is not an error")
 	require.Equal(t, 1, hs.calls)
 	require.Len(t, ds, 2)
 
-	byIP := map[netip.Addr]ipam.GCDecision{}
+	byIP := map[netip.Addr]gc.Decision{}
 	for _, d := range ds {
 		byIP[d.Claim.IP] = d
 	}
@@ -1117,9 +1119,9 @@ func TestCollectGarbageClaimAlreadyGone(t *testing.T) {
 	hs.before = func(ctx context.Context, pool string, ip netip.Addr, rev int64) error {
 		return mem.Delete(ctx, pool, ip, rev)
 	}
-	snap, err := ipam.NewGCSnapshot(gcBase, nil, nil)
+	snap, err := gc.NewSnapshot(gcBase, nil, nil)
 	require.NoError(t, err)
-	ds, err := a.CollectGarbage(ctx, snap, gcBase, ipam.GCOptions{})
+	ds, err := gc.Collect(ctx, a, snap, gcBase, gc.Options{})
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.True(t, ds[0].Release)
@@ -1139,9 +1141,9 @@ func TestCollectGarbageStoreError(t *testing.T) {
 	hs.ip = bad
 	hs.before = func(context.Context, string, netip.Addr, int64) error { return boom }
 
-	snap, err := ipam.NewGCSnapshot(gcBase, nil, nil)
+	snap, err := gc.NewSnapshot(gcBase, nil, nil)
 	require.NoError(t, err)
-	ds, err := a.CollectGarbage(ctx, snap, gcBase, ipam.GCOptions{})
+	ds, err := gc.Collect(ctx, a, snap, gcBase, gc.Options{})
 	require.ErrorIs(t, err, boom)
 	require.Len(t, ds, 2)
 	for _, d := range ds {
@@ -1172,9 +1174,9 @@ func TestCollectGarbageContextEnds(t *testing.T) {
 	hs.ip = first
 	hs.after = cancel
 
-	snap, err := ipam.NewGCSnapshot(gcBase, nil, nil)
+	snap, err := gc.NewSnapshot(gcBase, nil, nil)
 	require.NoError(t, err)
-	ds, err := a.CollectGarbage(ctx, snap, gcBase, ipam.GCOptions{})
+	ds, err := gc.Collect(ctx, a, snap, gcBase, gc.Options{})
 	require.ErrorIs(t, err, context.Canceled)
 	require.Len(t, ds, 3)
 	require.Equal(t, first, ds[0].Claim.IP)
@@ -1192,12 +1194,12 @@ func TestCollectGarbageRejectsBadInput(t *testing.T) {
 	ctx := context.Background()
 	a := gcAllocator(t, memstore.New())
 	ip := gcAllocate(t, a, "gone", "u1")
-	snap, err := ipam.NewGCSnapshot(gcBase, nil, nil)
+	snap, err := gc.NewSnapshot(gcBase, nil, nil)
 	require.NoError(t, err)
 
-	_, err = a.CollectGarbage(ctx, snap, gcBase, ipam.GCOptions{AdditionalGraceDelay: -time.Second})
+	_, err = gc.Collect(ctx, a, snap, gcBase, gc.Options{AdditionalGraceDelay: -time.Second})
 	require.ErrorIs(t, err, ipam.ErrInvalid)
-	_, err = a.CollectGarbage(ctx, nil, gcBase, ipam.GCOptions{})
+	_, err = gc.Collect(ctx, a, nil, gcBase, gc.Options{})
 	require.ErrorIs(t, err, ipam.ErrInvalid)
 	require.Contains(t, heldBy(t, a), ip, "nothing is released on bad input")
 }
@@ -1209,15 +1211,17 @@ func TestCollectGarbageRejectsBadInput(t *testing.T) {
 // pool redefined onto it finds it through store.AddressReader.
 func TestCollectGarbageDeletedPool(t *testing.T) {
 	ctx := context.Background()
-	src := newChangingSource(`{"name":"p","ranges":[{"subnet":"10.0.0.0/29"}]}`)
+	src := ipamtest.NewSource() // not a Catalog: its pools may change
+	src.Set(ipam.MustParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.0/29"}]}`))
 	st := memstore.New()
-	a := mustAllocator(t, src, st)
+	a, err := ipam.NewAllocator(ipam.Options{Pools: src, Store: st})
+	require.NoError(t, err)
 	ip := gcAllocate(t, a, "gone", "u1")
 	src.Remove("p")
 	src.Set(ipam.MustParsePool(`{"name":"q","ranges":[{"subnet":"10.0.0.0/29"}]}`))
-	snap, err := ipam.NewGCSnapshot(gcBase, nil, nil)
+	snap, err := gc.NewSnapshot(gcBase, nil, nil)
 	require.NoError(t, err)
-	ds, err := a.CollectGarbage(ctx, snap, gcBase, ipam.GCOptions{})
+	ds, err := gc.Collect(ctx, a, snap, gcBase, gc.Options{})
 	require.NoError(t, err)
 	require.Len(t, ds, 1, "decisions: %v", ds)
 	require.True(t, ds[0].Applied, "decision: %+v", ds[0])
