@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/ipamkit/ipam/internal/k8slabel"
 	"maps"
 	"slices"
 	"strconv"
@@ -44,92 +45,9 @@ const (
 	LabelCIDR              = "ipam.spidernet.io/ippool-cidr"
 )
 
-// The keys of an auto-pool's podAffinity.matchLabels. Spiderpool matches them
-// against the pod's top controller (its application), not the pod's labels.
-const (
-	LabelAppAPIGroup   = "ipam.spidernet.io/app-api-group"
-	LabelAppAPIVersion = "ipam.spidernet.io/app-api-version"
-	LabelAppKind       = "ipam.spidernet.io/app-kind"
-	LabelAppNamespace  = "ipam.spidernet.io/app-namespace"
-	LabelAppName       = "ipam.spidernet.io/app-name"
-)
-
 // AutoPoolFinalizer is the finalizer Spiderpool puts on every pool, so that a
 // pool is deleted only once no pod holds an address of it.
 const AutoPoolFinalizer = "spiderpool.spidernet.io"
-
-// AppRef names an application: the top controller of a pod, such as the
-// Deployment above a pod's ReplicaSet, or the CronJob above its Job.
-//
-// The zero AppRef names nothing: a pod without a controller. It is a plain
-// value, safe to copy and to compare.
-type AppRef struct {
-	// APIVersion is "group/version", or "version" for the core group:
-	// "apps/v1", "batch/v1", "apps.kruise.io/v1alpha1".
-	APIVersion string
-	Kind       string
-	Namespace  string
-	Name       string
-	UID        string
-}
-
-// IsZero reports whether r names no application.
-func (r AppRef) IsZero() bool { return r == AppRef{} }
-
-// Group returns the API group, "" for the core group.
-func (r AppRef) Group() string {
-	g, _, ok := strings.Cut(r.APIVersion, "/")
-	if !ok {
-		return ""
-	}
-	return g
-}
-
-// Version returns the API version without its group.
-func (r AppRef) Version() string {
-	if _, v, ok := strings.Cut(r.APIVersion, "/"); ok {
-		return v
-	}
-	return r.APIVersion
-}
-
-// String returns, for example, "Deployment default/test-app-1".
-func (r AppRef) String() string {
-	if r.IsZero() {
-		return "no application"
-	}
-	return r.Kind + " " + r.Namespace + "/" + r.Name
-}
-
-// IsNative reports whether r is one of the Kubernetes controllers whose pod
-// count SpiderSubnet follows: a Deployment, ReplicaSet, StatefulSet or
-// DaemonSet of apps/v1, or a Job or CronJob of batch/v1. Any other kind is a
-// third-party controller.
-func (r AppRef) IsNative() bool {
-	switch r.APIVersion {
-	case "apps/v1":
-		switch r.Kind {
-		case "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet":
-			return true
-		}
-	case "batch/v1":
-		return r.Kind == "Job" || r.Kind == "CronJob"
-	}
-	return false
-}
-
-// StatusName returns the name Spiderpool gives r in a subnet's
-// status.controlledIPPools (ControlledIPs.Application):
-// "<group>_<version>_<Kind>_<namespace>_<name>", such as
-// "apps_v1_Deployment_default_web", without the group part for the core
-// group.
-func (r AppRef) StatusName() string {
-	parts := []string{r.Version(), r.Kind, r.Namespace, r.Name}
-	if g := r.Group(); g != "" {
-		parts = append([]string{g}, parts...)
-	}
-	return strings.Join(parts, "_")
-}
 
 // gvLabel returns the value of LabelOwnerAppGV: "apps_v1", or "v1" for the
 // core group.
@@ -160,11 +78,11 @@ func (r AppRef) validate(fe *fieldErrors) {
 		if f.v == "" {
 			continue
 		}
-		v := labelValue(f.v)
+		v := k8slabel.Value(f.v)
 		if f.name == "uid" {
 			v = f.v // written as it is, and looked up by
 		}
-		if p := labelValueProblem(v); p != "" {
+		if p := k8slabel.ValueProblem(v); p != "" {
 			v = f.v
 			if f.name == "apiVersion" {
 				v = r.APIVersion
@@ -177,27 +95,15 @@ func (r AppRef) validate(fe *fieldErrors) {
 // AppLabels returns the labels an auto-pool's podAffinity matches against
 // the application of a pod: LabelAppAPIGroup, LabelAppAPIVersion,
 // LabelAppKind, LabelAppNamespace and LabelAppName. Values longer than a
-// label value may be (63 characters) are shortened as labelValue does.
+// label value may be (63 characters) are shortened as k8slabel.Value does.
 func AppLabels(r AppRef) map[string]string {
 	return map[string]string{
-		LabelAppAPIGroup:   labelValue(r.Group()),
-		LabelAppAPIVersion: labelValue(r.Version()),
-		LabelAppKind:       labelValue(r.Kind),
-		LabelAppNamespace:  labelValue(r.Namespace),
-		LabelAppName:       labelValue(r.Name),
+		LabelAppAPIGroup:   k8slabel.Value(r.Group()),
+		LabelAppAPIVersion: k8slabel.Value(r.Version()),
+		LabelAppKind:       k8slabel.Value(r.Kind),
+		LabelAppNamespace:  k8slabel.Value(r.Namespace),
+		LabelAppName:       k8slabel.Value(r.Name),
 	}
-}
-
-// labelValue returns v if it fits in a label value (63 characters), else its
-// first 57 characters, "-" and five hexadecimal digits of its SHA-256, which
-// keeps distinct long values distinct. Spiderpool writes long values as they
-// are, which the API server refuses.
-func labelValue(v string) string {
-	if len(v) <= labelNameMaxLen {
-		return v
-	}
-	sum := sha256.Sum256([]byte(v))
-	return v[:labelNameMaxLen-6] + "-" + hex.EncodeToString(sum[:])[:5]
 }
 
 // Application is an application whose pods may ask for auto-pools: its
@@ -466,12 +372,12 @@ func (a *AutoPool) count() u128 { return setCount(a.Pool.usable(nil)) }
 func (a *AutoPool) Labels() map[string]string {
 	return map[string]string{
 		LabelOwnerSubnet:       a.Subnet,
-		LabelOwnerAppGV:        labelValue(a.App.gvLabel()),
-		LabelOwnerAppKind:      labelValue(a.App.Kind),
-		LabelOwnerAppNamespace: labelValue(a.App.Namespace),
-		LabelOwnerAppName:      labelValue(a.App.Name),
+		LabelOwnerAppGV:        k8slabel.Value(a.App.gvLabel()),
+		LabelOwnerAppKind:      k8slabel.Value(a.App.Kind),
+		LabelOwnerAppNamespace: k8slabel.Value(a.App.Namespace),
+		LabelOwnerAppName:      k8slabel.Value(a.App.Name),
 		LabelOwnerAppUID:       a.App.UID,
-		LabelInterface:         labelValue(a.Interface),
+		LabelInterface:         k8slabel.Value(a.Interface),
 		LabelIPVersion:         "IPv" + strconv.Itoa(a.Family()),
 		LabelReclaim:           strconv.FormatBool(a.Reclaim),
 		LabelCIDR:              cidrLabel(a.Pool.Subnet),
@@ -564,57 +470,6 @@ func autoPoolAffinity(app AppRef) *LabelSelector {
 	return &LabelSelector{MatchLabels: AppLabels(app)}
 }
 
-// IsAutoPool reports whether p is a pool SpiderSubnet created for an
-// application, as the filters recognise one: its podAffinity's matchLabels
-// has all five application keys (LabelAppAPIGroup, LabelAppAPIVersion,
-// LabelAppKind, LabelAppNamespace and LabelAppName). Such a pool serves only
-// the pods whose Request.App matches those five values (see Subject.Check).
-//
-// Spiderpool tells an auto-pool by its object label LabelOwnerAppName, which
-// a Pool does not carry. Its webhook keeps an auto-pool's podAffinity to
-// exactly those five keys, and no pool of its making has them otherwise, so
-// both tests pick the same pools among Spiderpool's. A pool written by hand
-// with the five keys counts as auto-created here, where Spiderpool would
-// match its podAffinity against the pod's labels.
-func IsAutoPool(p *Pool) bool {
-	if p == nil || p.PodAffinity == nil {
-		return false
-	}
-	m := p.PodAffinity.MatchLabels
-	for _, k := range [...]string{LabelAppAPIGroup, LabelAppAPIVersion, LabelAppKind, LabelAppNamespace, LabelAppName} {
-		if _, ok := m[k]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// admitsApp reports whether the podAffinity sel of an auto-pool admits the
-// pods of app, as Spiderpool matches it: each of the five application keys
-// of matchLabels holds app's value (as AppLabels writes it); other keys and
-// matchExpressions are not looked at. The zero AppRef is admitted by none.
-// It does not allocate unless a value is longer than a label value.
-func admitsApp(sel *LabelSelector, app AppRef) bool {
-	if app.IsZero() {
-		return false
-	}
-	m := sel.MatchLabels
-	return m[LabelAppName] == labelValue(app.Name) && m[LabelAppNamespace] == labelValue(app.Namespace) &&
-		m[LabelAppKind] == labelValue(app.Kind) && m[LabelAppAPIVersion] == labelValue(app.Version()) &&
-		m[LabelAppAPIGroup] == labelValue(app.Group())
-}
-
-// affinityApp names the application the podAffinity sel of an auto-pool
-// admits, such as "Deployment default/web (apps/v1)".
-func affinityApp(sel *LabelSelector) string {
-	m := sel.MatchLabels
-	gv := m[LabelAppAPIVersion]
-	if g := m[LabelAppAPIGroup]; g != "" {
-		gv = g + "/" + gv
-	}
-	return m[LabelAppKind] + " " + m[LabelAppNamespace] + "/" + m[LabelAppName] + " (" + gv + ")"
-}
-
 // AutoPoolName returns the name of the auto-pool of an application's
 // interface and IP family, as Spiderpool names it:
 // "auto<family>-<application name>-<interface>-<uid5>", lower-cased, where
@@ -683,7 +538,7 @@ func autoPoolName(family int, app AppRef, iface, tag string) (string, error) {
 		name = strings.TrimRight(name[:max(room, 0)], ".-")
 	}
 	full := prefix + name + suffix
-	if name == "" || len(full) > 253 || !isLabelDNSSubdomain(full) {
+	if name == "" || len(full) > 253 || !k8slabel.IsDNSSubdomain(full) {
 		return "", &FieldError{Object: "auto-pool of " + app.String(), Field: "name", Value: full,
 			Reason: "not a valid pool name (a DNS subdomain of at most 253 characters): check the interface name and the application's name and uid"}
 	}

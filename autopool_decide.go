@@ -1,6 +1,8 @@
 package ipam
 
 import (
+	"github.com/ipamkit/ipam/internal/k8slabel"
+
 	"errors"
 	"fmt"
 	"slices"
@@ -346,8 +348,8 @@ func (s *AutoPoolSnapshot) UsedAddresses(a *AutoPool) (*netipx.IPSet, error) {
 // name (Spiderpool looks such pools up by labels without the UID).
 func keptFor(a *AutoPool, app AppRef, iface string, family int, subnet string) bool {
 	return !a.Reclaim && !a.Pool.Terminating && a.App.UID != app.UID &&
-		a.App.Group() == app.Group() && labelValue(a.App.Kind) == labelValue(app.Kind) &&
-		labelValue(a.App.Namespace) == labelValue(app.Namespace) && labelValue(a.App.Name) == labelValue(app.Name) &&
+		a.App.Group() == app.Group() && k8slabel.Value(a.App.Kind) == k8slabel.Value(app.Kind) &&
+		k8slabel.Value(a.App.Namespace) == k8slabel.Value(app.Namespace) && k8slabel.Value(a.App.Name) == k8slabel.Value(app.Name) &&
 		a.Interface == iface && a.Family() == family && a.Subnet == subnet
 }
 

@@ -1,6 +1,8 @@
 package ipam
 
 import (
+	"github.com/ipamkit/ipam/internal/k8slabel"
+
 	"cmp"
 	"context"
 	"errors"
@@ -170,7 +172,7 @@ type subnetState struct {
 // keptKey is what makes a pool with reclaim false reusable by an
 // application: its group, kind, namespace and name, interface and family.
 func keptKey(app AppRef, iface string, family int) string {
-	return fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%d", app.Group(), labelValue(app.Kind), labelValue(app.Namespace), labelValue(app.Name), iface, family)
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%d", app.Group(), k8slabel.Value(app.Kind), k8slabel.Value(app.Namespace), k8slabel.Value(app.Name), iface, family)
 }
 
 // index adds a to or removes it from st.pools and st.keep.
