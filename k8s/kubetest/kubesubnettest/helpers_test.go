@@ -25,6 +25,7 @@ import (
 	"github.com/ipamkit/ipam/k8s/kubepools"
 	"github.com/ipamkit/ipam/k8s/kubestore"
 	"github.com/ipamkit/ipam/k8s/kubesubnet"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 func dyn(t testing.TB) dynamic.Interface {
@@ -73,7 +74,7 @@ func createSubnet(t testing.TB, name, cidr, ips, gateway string) {
 func deleteSubnet(t testing.TB, name string) {
 	ctx := context.Background()
 	pools := dyn(t).Resource(kubesubnet.IPPoolResource)
-	list, err := pools.List(ctx, metav1.ListOptions{LabelSelector: ipam.LabelOwnerSubnet + "=" + name})
+	list, err := pools.List(ctx, metav1.ListOptions{LabelSelector: subnet.LabelOwnerSubnet + "=" + name})
 	if err != nil {
 		t.Error(err)
 		return

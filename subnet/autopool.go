@@ -1,11 +1,13 @@
-package ipam
+package subnet
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/internal/k8slabel"
+	"github.com/ipamkit/ipam/internal/u128"
 	"maps"
 	"slices"
 	"strconv"
@@ -16,7 +18,7 @@ import (
 
 // This file holds what SpiderSubnet's auto-created pools are made of: the
 // applications that ask for them (AppRef, Application), the annotations they
-// ask with (AutoPoolConfig, IPNumber), and the pools themselves (AutoPool),
+// ask with (Config, IPNumber), and the pools themselves (AutoPool),
 // with the names, labels and pod affinity Spiderpool gives them. What to do
 // about them is decided in autopool_decide.go.
 
@@ -45,13 +47,13 @@ const (
 	LabelCIDR              = "ipam.spidernet.io/ippool-cidr"
 )
 
-// AutoPoolFinalizer is the finalizer Spiderpool puts on every pool, so that a
+// Finalizer is the finalizer Spiderpool puts on every pool, so that a
 // pool is deleted only once no pod holds an address of it.
-const AutoPoolFinalizer = "spiderpool.spidernet.io"
+const Finalizer = "spiderpool.spidernet.io"
 
 // gvLabel returns the value of LabelOwnerAppGV: "apps_v1", or "v1" for the
 // core group.
-func (r AppRef) gvLabel() string {
+func gvLabel(r ipam.AppRef) string {
 	if g := r.Group(); g != "" {
 		return g + "_" + r.Version()
 	}
@@ -59,7 +61,7 @@ func (r AppRef) gvLabel() string {
 }
 
 // validate checks that r names an application: every field set.
-func (r AppRef) validate(fe *fieldErrors) {
+func validateApp(r ipam.AppRef, fe *fieldErrors) {
 	for _, f := range [...]struct{ name, v string }{
 		{"apiVersion", r.APIVersion}, {"kind", r.Kind}, {"namespace", r.Namespace}, {"name", r.Name}, {"uid", r.UID},
 	} {
@@ -96,13 +98,13 @@ func (r AppRef) validate(fe *fieldErrors) {
 // the application of a pod: LabelAppAPIGroup, LabelAppAPIVersion,
 // LabelAppKind, LabelAppNamespace and LabelAppName. Values longer than a
 // label value may be (63 characters) are shortened as k8slabel.Value does.
-func AppLabels(r AppRef) map[string]string {
+func AppLabels(r ipam.AppRef) map[string]string {
 	return map[string]string{
-		LabelAppAPIGroup:   k8slabel.Value(r.Group()),
-		LabelAppAPIVersion: k8slabel.Value(r.Version()),
-		LabelAppKind:       k8slabel.Value(r.Kind),
-		LabelAppNamespace:  k8slabel.Value(r.Namespace),
-		LabelAppName:       k8slabel.Value(r.Name),
+		ipam.LabelAppAPIGroup:   k8slabel.Value(r.Group()),
+		ipam.LabelAppAPIVersion: k8slabel.Value(r.Version()),
+		ipam.LabelAppKind:       k8slabel.Value(r.Kind),
+		ipam.LabelAppNamespace:  k8slabel.Value(r.Namespace),
+		ipam.LabelAppName:       k8slabel.Value(r.Name),
 	}
 }
 
@@ -113,7 +115,7 @@ func AppLabels(r AppRef) map[string]string {
 // The zero Application is invalid. It is a plain value; Annotations is read,
 // never written.
 type Application struct {
-	AppRef
+	ipam.AppRef
 	// Annotations are the pod template's annotations: the subnet
 	// annotations, AnnotationIPNumber and AnnotationReclaim.
 	Annotations map[string]string
@@ -140,7 +142,7 @@ type Application struct {
 //   - Job, CronJob: Completions if set, else Parallelism if set, else 1; a
 //     set 0 counts as 1;
 //   - a third-party controller: Replicas if set, else unknown (Spiderpool
-//     counts 0, see DecideAutoPools).
+//     counts 0, see Decide).
 func (a *Application) PodCount() (n int, known bool) {
 	if !a.IsNative() {
 		if a.Replicas == nil {
@@ -168,13 +170,13 @@ func (a *Application) PodCount() (n int, known bool) {
 
 // Validate checks that the application is named (every field of AppRef set)
 // and that its counts are not negative. Its annotations are checked by
-// ParseAutoPoolConfig.
+// ParseConfig.
 func (a *Application) Validate() error {
 	fe := &fieldErrors{object: "application"}
 	if a.Kind != "" && a.Name != "" {
 		fe.object = "application " + a.AppRef.String()
 	}
-	a.validate(fe)
+	validateApp(a.AppRef, fe)
 	for _, c := range [...]struct {
 		field string
 		v     *int
@@ -206,8 +208,8 @@ const maxIPNumber = 1 << 24
 // invalid input, "-1" is below 0.
 func ParseIPNumber(s string) (IPNumber, error) {
 	fail := func(reason string) (IPNumber, error) {
-		a := annotationParser{key: AnnotationIPNumber, value: s}
-		return IPNumber{}, a.newError(reason, ErrInvalid)
+		a := annotation{key: AnnotationIPNumber, value: s}
+		return IPNumber{}, a.newError(reason, ipam.ErrInvalid)
 	}
 	var n IPNumber
 	digits := s
@@ -257,18 +259,18 @@ func (n IPNumber) Size(podCount int) int {
 	return n.N
 }
 
-// AutoPoolConfig is what an application's pod template annotations ask of
+// Config is what an application's pod template annotations ask of
 // SpiderSubnet.
 //
-// The zero AutoPoolConfig asks for nothing. It is a plain value.
-type AutoPoolConfig struct {
+// The zero Config asks for nothing. It is a plain value.
+type Config struct {
 	// Key is the annotation the subnets come from: AnnotationSubnets, which
 	// wins, or AnnotationSubnet.
 	Key string
 	// Subnets lists, per interface, the subnet of each family (the first
 	// name of each, as Spiderpool uses). The single form's interface
 	// defaults to "eth0".
-	Subnets []SubnetAnnotation
+	Subnets []ipam.SubnetAnnotation
 	// IPNumber is the value of AnnotationIPNumber, when HasIPNumber.
 	IPNumber    IPNumber
 	HasIPNumber bool
@@ -276,7 +278,7 @@ type AutoPoolConfig struct {
 	Reclaim bool
 }
 
-// ParseAutoPoolConfig reads the SpiderSubnet annotations of a pod template.
+// ParseConfig reads the SpiderSubnet annotations of a pod template.
 // It reports whether the template asks for auto-pools (it has
 // AnnotationSubnets or AnnotationSubnet) and returns every problem at once:
 // the subnet annotations' (see ParseSubnetsAnnotation and
@@ -284,19 +286,19 @@ type AutoPoolConfig struct {
 // an AnnotationReclaim that is not a boolean (strconv.ParseBool's forms).
 // Errors are *AnnotationError values, joined when there are several, that
 // unwrap to ErrInvalid.
-func ParseAutoPoolConfig(annotations map[string]string) (cfg AutoPoolConfig, ok bool, err error) {
+func ParseConfig(annotations map[string]string) (cfg Config, ok bool, err error) {
 	var errs []error
-	if v, has := annotations[AnnotationSubnets]; has {
-		cfg.Key = AnnotationSubnets
-		cfg.Subnets, err = ParseSubnetsAnnotation(v)
-	} else if v, has := annotations[AnnotationSubnet]; has {
-		cfg.Key = AnnotationSubnet
-		var a SubnetAnnotation
-		if a, err = ParseSubnetAnnotation(v); err == nil {
-			cfg.Subnets = []SubnetAnnotation{a}
+	if v, has := annotations[ipam.AnnotationSubnets]; has {
+		cfg.Key = ipam.AnnotationSubnets
+		cfg.Subnets, err = ipam.ParseSubnetsAnnotation(v)
+	} else if v, has := annotations[ipam.AnnotationSubnet]; has {
+		cfg.Key = ipam.AnnotationSubnet
+		var a ipam.SubnetAnnotation
+		if a, err = ipam.ParseSubnetAnnotation(v); err == nil {
+			cfg.Subnets = []ipam.SubnetAnnotation{a}
 		}
 	} else {
-		return AutoPoolConfig{}, false, nil
+		return Config{}, false, nil
 	}
 	if err != nil {
 		errs = append(errs, err)
@@ -311,13 +313,13 @@ func ParseAutoPoolConfig(annotations map[string]string) (cfg AutoPoolConfig, ok 
 	if v, has := annotations[AnnotationReclaim]; has {
 		b, perr := strconv.ParseBool(v)
 		if perr != nil {
-			a := annotationParser{key: AnnotationReclaim, value: v}
-			errs = append(errs, a.newError(`invalid input: want "true" or "false"`, ErrInvalid))
+			a := annotation{key: AnnotationReclaim, value: v}
+			errs = append(errs, a.newError(`invalid input: want "true" or "false"`, ipam.ErrInvalid))
 		}
 		cfg.Reclaim = b || perr != nil
 	}
 	if len(errs) > 0 {
-		return AutoPoolConfig{}, true, joinErrors(errs)
+		return Config{}, true, joinErrors(errs)
 	}
 	return cfg, true, nil
 }
@@ -332,20 +334,20 @@ func joinErrors(errs []error) error {
 
 // AutoPool is a pool SpiderSubnet created for one interface and IP family of
 // an application: the SpiderIPPool spec (Pool) and what Spiderpool writes in
-// its metadata (see Labels, Annotations, AutoPoolFinalizer, and a controller
+// its metadata (see Labels, Annotations, Finalizer, and a controller
 // owner reference to the SpiderSubnet named Subnet).
 //
-// The zero AutoPool is not useful; DecideAutoPools builds them and
+// The zero AutoPool is not useful; Decide builds them and
 // ParseAutoPool reads them back. Treat an AutoPool as immutable once shared.
 type AutoPool struct {
 	// Pool is the spec: name, ipVersion, subnet (the CIDR), ips, gateway and
 	// routes copied from the subnet, and podAffinity matching AppLabels of
 	// the application.
-	Pool *Pool
+	Pool *ipam.Pool
 	// Subnet names the SpiderSubnet the addresses come from.
 	Subnet string
 	// App is the application the pool serves.
-	App AppRef
+	App ipam.AppRef
 	// Interface is the pod interface the pool serves, such as "eth0".
 	Interface string
 	// Reclaim says whether the pool goes with its application.
@@ -366,13 +368,13 @@ func (a *AutoPool) Family() int { return a.Pool.Family() }
 func (a *AutoPool) Size() int { return clampInt(a.count()) }
 
 // count returns the number of the pool's addresses (see setCount).
-func (a *AutoPool) count() u128 { return setCount(a.Pool.usable(nil)) }
+func (a *AutoPool) count() u128.U128 { return setCount(a.Pool.Addresses()) }
 
 // Labels returns the labels Spiderpool puts on an auto-pool.
 func (a *AutoPool) Labels() map[string]string {
 	return map[string]string{
 		LabelOwnerSubnet:       a.Subnet,
-		LabelOwnerAppGV:        k8slabel.Value(a.App.gvLabel()),
+		LabelOwnerAppGV:        k8slabel.Value(gvLabel(a.App)),
 		LabelOwnerAppKind:      k8slabel.Value(a.App.Kind),
 		LabelOwnerAppNamespace: k8slabel.Value(a.App.Namespace),
 		LabelOwnerAppName:      k8slabel.Value(a.App.Name),
@@ -395,13 +397,13 @@ func (a *AutoPool) Annotations() map[string]string {
 // label LabelOwnerAppName, Spiderpool's test) and returns every problem with
 // the labels and annotations at once. An application name longer than 63
 // characters comes back shortened (see AppLabels).
-func ParseAutoPool(p *Pool, labels, annotations map[string]string) (*AutoPool, bool, error) {
+func ParseAutoPool(p *ipam.Pool, labels, annotations map[string]string) (*AutoPool, bool, error) {
 	if _, ok := labels[LabelOwnerAppName]; !ok || p == nil {
 		return nil, false, nil
 	}
-	fe := &fieldErrors{object: p.object()}
+	fe := &fieldErrors{object: poolObject(p)}
 	a := &AutoPool{Pool: p, Subnet: labels[LabelOwnerSubnet], Interface: labels[LabelInterface], Reclaim: true}
-	a.App = AppRef{Kind: labels[LabelOwnerAppKind], Namespace: labels[LabelOwnerAppNamespace],
+	a.App = ipam.AppRef{Kind: labels[LabelOwnerAppKind], Namespace: labels[LabelOwnerAppNamespace],
 		Name: labels[LabelOwnerAppName], UID: labels[LabelOwnerAppUID]}
 	gv := labels[LabelOwnerAppGV]
 	if g, v, ok := strings.Cut(gv, "_"); ok {
@@ -427,7 +429,7 @@ func ParseAutoPool(p *Pool, labels, annotations map[string]string) (*AutoPool, b
 	if v, ok := annotations[AnnotationIPNumber]; ok {
 		n, err := ParseIPNumber(v)
 		if err != nil {
-			fe.add("metadata.annotations."+AnnotationIPNumber, v, "%s", err.(*AnnotationError).Reason)
+			fe.add("metadata.annotations."+AnnotationIPNumber, v, "%s", err.(*ipam.AnnotationError).Reason)
 		}
 		a.IPNumber = n
 	} else {
@@ -446,10 +448,10 @@ func ParseAutoPool(p *Pool, labels, annotations map[string]string) (*AutoPool, b
 // returns every problem at once.
 func ValidateAutoPoolUpdate(old, new *AutoPool) error {
 	if old == nil || new == nil || old.Pool == nil || new.Pool == nil {
-		return &FieldError{Object: "auto-pool", Field: "(pool)", Reason: "nil pool"}
+		return &ipam.FieldError{Object: "auto-pool", Field: "(pool)", Reason: "nil pool"}
 	}
-	fe := &fieldErrors{object: new.Pool.object()}
-	was, now := old.Pool.usable(nil), new.Pool.usable(nil)
+	fe := &fieldErrors{object: poolObject(new.Pool)}
+	was, now := old.Pool.Addresses(), new.Pool.Addresses()
 	if !slices.Equal(was.Ranges(), now.Ranges()) {
 		fe.add("ips", strings.Join(formatIPRanges(now.Ranges()), ","),
 			"the addresses of an auto-created pool are SpiderSubnet's to set: want %s", strings.Join(formatIPRanges(was.Ranges()), ","))
@@ -466,8 +468,8 @@ func ValidateAutoPoolUpdate(old, new *AutoPool) error {
 }
 
 // autoPoolAffinity returns the podAffinity of an auto-pool of app.
-func autoPoolAffinity(app AppRef) *LabelSelector {
-	return &LabelSelector{MatchLabels: AppLabels(app)}
+func autoPoolAffinity(app ipam.AppRef) *ipam.LabelSelector {
+	return &ipam.LabelSelector{MatchLabels: AppLabels(app)}
 }
 
 // AutoPoolName returns the name of the auto-pool of an application's
@@ -484,7 +486,7 @@ func autoPoolAffinity(app AppRef) *LabelSelector {
 // The decisions use this name unless another pool has it (two
 // applications whose UIDs share those five characters, such as two
 // Deployments "web" in two namespaces): see AutoPoolNames.
-func AutoPoolName(family int, app AppRef, iface string) (string, error) {
+func AutoPoolName(family int, app ipam.AppRef, iface string) (string, error) {
 	return autoPoolName(family, app, iface, uidTail(app.UID, 5))
 }
 
@@ -498,7 +500,7 @@ func AutoPoolName(family int, app AppRef, iface string) (string, error) {
 // has only the first, and its second application waits forever. Pools are
 // found by their labels (the application's UID), never by their name, so a
 // longer name serves as well.
-func AutoPoolNames(family int, app AppRef, iface string) ([]string, error) {
+func AutoPoolNames(family int, app ipam.AppRef, iface string) ([]string, error) {
 	first, err := AutoPoolName(family, app, iface)
 	if err != nil {
 		return nil, err
@@ -530,7 +532,7 @@ func uidTail(uid string, n int) string {
 
 // autoPoolName returns "auto<family>-<application name>-<interface>-<tag>",
 // lower-cased and cut as AutoPoolName says.
-func autoPoolName(family int, app AppRef, iface, tag string) (string, error) {
+func autoPoolName(family int, app ipam.AppRef, iface, tag string) (string, error) {
 	prefix := "auto" + strconv.Itoa(family) + "-"
 	suffix := "-" + strings.ToLower(iface) + "-" + strings.ToLower(tag)
 	name := strings.ToLower(app.Name)
@@ -539,7 +541,7 @@ func autoPoolName(family int, app AppRef, iface, tag string) (string, error) {
 	}
 	full := prefix + name + suffix
 	if name == "" || len(full) > 253 || !k8slabel.IsDNSSubdomain(full) {
-		return "", &FieldError{Object: "auto-pool of " + app.String(), Field: "name", Value: full,
+		return "", &ipam.FieldError{Object: "auto-pool of " + app.String(), Field: "name", Value: full,
 			Reason: "not a valid pool name (a DNS subdomain of at most 253 characters): check the interface name and the application's name and uid"}
 	}
 	return full, nil
@@ -547,8 +549,8 @@ func autoPoolName(family int, app AppRef, iface, tag string) (string, error) {
 
 // newAutoPool builds the auto-pool of app's interface iface and IP family
 // from subnet s, with addresses ips.
-func newAutoPool(name string, s *Subnet, app AppRef, iface string, cfg *AutoPoolConfig, n IPNumber, ips []netipx.IPRange) *AutoPool {
-	p := &Pool{
+func newAutoPool(name string, s *Subnet, app ipam.AppRef, iface string, cfg *Config, n IPNumber, ips []netipx.IPRange) *AutoPool {
+	p := &ipam.Pool{
 		Name:        name,
 		IPVersion:   s.Family(),
 		Subnet:      s.Subnet,
