@@ -3,8 +3,9 @@ package ipam_test
 import (
 	"testing"
 
-	"github.com/ipamkit/ipam"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ipamkit/ipam"
 )
 
 func TestSubjectOfApp(t *testing.T) {

@@ -3,12 +3,13 @@ package ipam
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/ipamkit/ipam/internal/k8slabel"
 	"slices"
 	"strconv"
 	"strings"
 
 	"go4.org/netipx"
+
+	"github.com/ipamkit/ipam/internal/k8slabel"
 )
 
 // This file holds Spiderpool's pool filters: the rules that take a candidate

@@ -4,12 +4,13 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
-	"github.com/ipamkit/ipam/internal/k8slabel"
 	"maps"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ipamkit/ipam/internal/k8slabel"
 )
 
 // SelectorOperator relates a label key to a set of values in a

@@ -5,22 +5,23 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/ipamkit/ipam"
-	"github.com/ipamkit/ipam/internal/k8slabel"
-	"github.com/ipamkit/ipam/internal/u128"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
 
 	"go4.org/netipx"
+
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/internal/k8slabel"
+	"github.com/ipamkit/ipam/internal/u128"
 )
 
 // This file holds what SpiderSubnet's auto-created pools are made of: the
 // applications that ask for them (AppRef, Application), the annotations they
 // ask with (Config, IPNumber), and the pools themselves (AutoPool),
 // with the names, labels and pod affinity Spiderpool gives them. What to do
-// about them is decided in autopool_decide.go.
+// about them is decided in decide.go.
 
 // Annotation keys of SpiderSubnet, read on an application's pod template.
 const (

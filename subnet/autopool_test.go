@@ -165,7 +165,7 @@ func TestParseAutoPool(t *testing.T) {
 	require.Equal(t, subnet.IPNumber{N: 4}, back.IPNumber)
 }
 
-// decideOne runs DecideAutoPools for the apps against the subnets and
+// decideOne runs Decide for the apps against the subnets and
 // returns the decisions by pool name or, for decisions without a pool, by
 // "<app name> <interface>".
 func decideMap(t *testing.T, apps []subnet.Application, subnets []*subnet.Subnet, pools []*ipam.Pool, auto []*subnet.AutoPool, claims []store.Claim) map[string]subnet.Decision {
@@ -434,7 +434,7 @@ func TestDecideApplication(t *testing.T) {
 func TestIsAutoPool(t *testing.T) {
 	app := ssApp("Deployment", "test-app-1", ssUID, 2, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
 	d := ssOnly(t, ssDecide(t, []subnet.Application{app}, []*subnet.Subnet{ssSubnet6()}, nil, nil, nil))
-	require.True(t, ipam.IsAutoPool(d.Pool.Pool), "a pool DecideAutoPools makes")
+	require.True(t, ipam.IsAutoPool(d.Pool.Pool), "a pool Decide makes")
 	require.False(t, ipam.IsAutoPool(nil))
 	require.False(t, ipam.IsAutoPool(autoTestPool("p", "")))
 	require.False(t, ipam.IsAutoPool(autoTestPool("p", `"podAffinity":{"matchLabels":{"app":"web"}}`)))

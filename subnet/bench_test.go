@@ -21,7 +21,7 @@ const (
 
 // BenchmarkAutoPools creates apps Deployments of replicas pods each, every
 // Deployment with the subnet annotation of one /16 subnet and "+1", through a
-// SubnetManager serving an Allocator, and allocates every pod. One
+// Manager serving an Allocator, and allocates every pod. One
 // iteration is the whole run: from the first application to the last pod's
 // address. It reports the time until the last pool was ready
 // (pools-ready-s, every SetApplication returned) and until the last pod had
@@ -81,12 +81,12 @@ func BenchmarkAutoPools(b *testing.B) {
 	}
 }
 
-// BenchmarkSubnetManagerHugePool shrinks an auto-pool of 16,777,216
+// BenchmarkManagerHugePool shrinks an auto-pool of 16,777,216
 // addresses (the largest ippool-ip-number, IPv6) to one address and grows
 // it back: one iteration is both changes. Before the fences went by range,
 // a shrink wrote one claim per address given back (5.7 s and 954 MB for a
 // million addresses; out of memory for this size).
-func BenchmarkSubnetManagerHugePool(b *testing.B) {
+func BenchmarkManagerHugePool(b *testing.B) {
 	ctx := context.Background()
 	m, err := subnet.NewManager(subnet.ManagerOptions{
 		Subnets: []*subnet.Subnet{subnet.MustParse(`{"name":"big","subnet":"fd00::/64","ips":["fd00::1-fd00::ffff:ffff"]}`)},

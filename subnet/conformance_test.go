@@ -23,9 +23,9 @@ import (
 
 // This file runs every scenario of
 // ../testdata/conformance/spidersubnet-scenarios.md (Spiderpool's SpiderSubnet
-// auto-pools): the pure decisions (DecideAutoPools, SubnetStatusOf,
-// AutoPoolName, ParseAutoPoolConfig, ValidateAutoPoolUpdate) and, for
-// scenarios about pods and lifecycles, a SubnetManager serving an Allocator.
+// auto-pools): the pure decisions (Decide, StatusOf,
+// AutoPoolName, ParseConfig, ValidateAutoPoolUpdate) and, for
+// scenarios about pods and lifecycles, a Manager serving an Allocator.
 // Where a row is a Spiderpool bug the scenario file lists, the test encodes
 // the intended outcome; the README lists each such difference.
 
@@ -79,7 +79,7 @@ func ssAnn(kv ...string) map[string]string {
 	return m
 }
 
-// ssDecide runs DecideAutoPools on the base setup plus what is given.
+// ssDecide runs Decide on the base setup plus what is given.
 func ssDecide(t *testing.T, apps []subnet.Application, subnets []*subnet.Subnet, pools []*ipam.Pool, auto []*subnet.AutoPool, claims []store.Claim) []subnet.Decision {
 	t.Helper()
 	snap, err := subnet.NewSnapshot(subnets, pools, auto, nil, claims)
@@ -108,7 +108,7 @@ func ssOnly(t *testing.T, ds []subnet.Decision) subnet.Decision {
 	return ds[0]
 }
 
-// ssCluster is a SubnetManager serving an Allocator, with helpers to run
+// ssCluster is a Manager serving an Allocator, with helpers to run
 // applications and pods.
 type ssCluster struct {
 	t     *testing.T
@@ -382,7 +382,7 @@ var ssCases = map[string]func(t *testing.T){
 			require.Equal(t, w.gw, d.Pool.Pool.Gateway.String())
 			require.Equal(t, w.route, d.Pool.Pool.Routes[0].Dst.String())
 		}
-		// Through a SubnetManager, one request serves both interfaces.
+		// Through a Manager, one request serves both interfaces.
 		c := newSSCluster(t, []*subnet.Subnet{ssSubnet6(), ssSubnet7()}, nil)
 		c.mustSet(app)
 		res, err := c.start(app, "test-app-2-x", false, "eth0", "net1")
@@ -656,7 +656,7 @@ var ssCases = map[string]func(t *testing.T){
 		d = ssOnly(t, ssDecide(t, []subnet.Application{app}, []*subnet.Subnet{s6}, []*ipam.Pool{manual}, nil, nil))
 		require.Equal(t, subnet.Wait, d.Action)
 		require.Contains(t, d.Message, "8 wanted, 7 left")
-		// A SubnetManager serves the pool with the inherited gateway.
+		// A Manager serves the pool with the inherited gateway.
 		c := newSSCluster(t, []*subnet.Subnet{s6}, []*ipam.Pool{manual})
 		p, ok := c.m.Pool("ippool-test")
 		require.True(t, ok)

@@ -3,21 +3,21 @@ package subnet
 import (
 	"errors"
 	"fmt"
-	"github.com/ipamkit/ipam"
-	"github.com/ipamkit/ipam/internal/k8slabel"
-	"github.com/ipamkit/ipam/internal/u128"
 	"slices"
 	"strconv"
 	"strings"
 
 	"go4.org/netipx"
 
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/internal/k8slabel"
+	"github.com/ipamkit/ipam/internal/u128"
 	"github.com/ipamkit/ipam/store"
 )
 
 // This file decides what SpiderSubnet does about auto-pools: Decide
 // is a pure function from the applications, the subnets and the pools that
-// exist (an Snapshot) to one decision per pool: create it with the
+// exist (a Snapshot) to one decision per pool: create it with the
 // lowest free addresses of its subnet, grow it, shrink it, refresh its
 // labels, keep it, wait, or reclaim it. Manager applies the same
 // decisions as applications and pods come and go.
@@ -29,7 +29,7 @@ import (
 // Action is what a decision does to a pool.
 type Action string
 
-// Actions of an Decision.
+// Actions of a Decision.
 const (
 	// Create: a new pool with the lowest free addresses of its
 	// subnet.
@@ -99,7 +99,8 @@ func (d *Decision) PoolName() string {
 }
 
 // String returns, for example, `create auto4-app-eth0-a5bd3 (Deployment
-// default/app eth0 IPv4, subnet "subnet-6"): 3 addresses for 2 pods and "+1"`.
+// default/app eth0 IPv4, subnet "subnet-6"): 3 addresses for 2 pods and
+// ipam.spidernet.io/ippool-ip-number "+1"` (see the example).
 func (d *Decision) String() string {
 	var b strings.Builder
 	b.WriteString(string(d.Action))
@@ -258,15 +259,14 @@ func NewSnapshot(subnets []*Subnet, pools []*ipam.Pool, autoPools []*AutoPool, r
 	return s, nil
 }
 
-// View is what the auto-pool decisions read about the cluster. An
-// Snapshot is one, built from lists; Manager keeps its own; a
-// controller can implement one over informer caches and indexes, so that a
-// decision about one application costs what that application touches, not
-// what the cluster holds (see DecideApplication).
+// view is what the auto-pool decisions read about the cluster. A Snapshot
+// is one, built from lists; Manager keeps its own, so that a decision about
+// one application costs what that application touches, not what the
+// cluster holds (see decideApplication).
 //
 // A view must be consistent for the length of one decision: a runner that
 // applies decisions concurrently serialises those that touch one subnet.
-type View interface {
+type view interface {
 	// Subnet returns the subnet of that name.
 	Subnet(name string) (*Subnet, bool)
 	// FreeAddresses returns the addresses of s that no pool has and no
@@ -291,22 +291,22 @@ type View interface {
 	Reserved(family int) *netipx.IPSet
 }
 
-// Subnet implements View.
+// Subnet implements the decisions' view.
 func (s *Snapshot) Subnet(name string) (*Subnet, bool) {
 	sn, ok := s.subnets[name]
 	return sn, ok
 }
 
-// PoolExists implements View.
+// PoolExists implements the decisions' view.
 func (s *Snapshot) PoolExists(name string) bool { _, ok := s.pools[name]; return ok }
 
-// AutoPoolsOf implements View.
+// AutoPoolsOf implements the decisions' view.
 func (s *Snapshot) AutoPoolsOf(uid string) []*AutoPool { return s.byUID[uid] }
 
-// Reserved implements View.
+// Reserved implements the decisions' view.
 func (s *Snapshot) Reserved(fam int) *netipx.IPSet { return s.reserved[familyIndex(fam)] }
 
-// FreeAddresses implements View. It costs O(pools).
+// FreeAddresses implements the decisions' view. It costs O(pools).
 func (s *Snapshot) FreeAddresses(sn *Subnet) *netipx.IPSet {
 	var b netipx.IPSetBuilder
 	b.AddSet(sn.Usable())
@@ -322,7 +322,7 @@ func (s *Snapshot) FreeAddresses(sn *Subnet) *netipx.IPSet {
 	return set
 }
 
-// KeptAutoPools implements View.
+// KeptAutoPools implements the decisions' view.
 func (s *Snapshot) KeptAutoPools(app ipam.AppRef, iface string, family int, subnet string) []*AutoPool {
 	var out []*AutoPool
 	for _, a := range s.auto {
@@ -333,7 +333,7 @@ func (s *Snapshot) KeptAutoPools(app ipam.AppRef, iface string, family int, subn
 	return out
 }
 
-// UsedAddresses implements View: the addresses of the claims given
+// UsedAddresses implements the decisions' view: the addresses of the claims given
 // to NewSnapshot.
 func (s *Snapshot) UsedAddresses(a *AutoPool) (*netipx.IPSet, error) {
 	u := s.used[a.Name()]
@@ -458,7 +458,7 @@ func Decide(apps []Application, snap *Snapshot, opts Options) []Decision {
 	return append(out, orphans...)
 }
 
-// DecideApplication decides about the pools of one application by the rules
+// decideApplication decides about the pools of one application by the rules
 // of Decide, reading only what the application touches through v:
 // for a runner that reacts to one application's change. Pools of other
 // applications are not judged; the application's own pools it no longer
@@ -467,7 +467,7 @@ func Decide(apps []Application, snap *Snapshot, opts Options) []Decision {
 // grows: apply those first, and if one cannot be applied (a pod took an
 // address meanwhile), decide again before applying the rest. A nil app
 // decides nothing.
-func DecideApplication(app *Application, v View, opts Options) []Decision {
+func decideApplication(app *Application, v view, opts Options) []Decision {
 	if app == nil || v == nil {
 		return nil
 	}
@@ -487,10 +487,10 @@ func DecideApplication(app *Application, v View, opts Options) []Decision {
 	return p.decisions
 }
 
-// DecideReclaim decides about auto-pool a, whose application is gone, by the
+// decideReclaim decides about auto-pool a, whose application is gone, by the
 // rules of Decide: keep it (reclaim false), delete it (no pod holds
 // one of its addresses), terminate it, or wait while it terminates.
-func DecideReclaim(a *AutoPool, v View) Decision {
+func decideReclaim(a *AutoPool, v view) Decision {
 	if a == nil || a.Pool == nil || v == nil {
 		return Decision{}
 	}
@@ -500,7 +500,7 @@ func DecideReclaim(a *AutoPool, v View) Decision {
 // autoPoolEngine makes decisions against a world, keeping its own copy of
 // the subnets' free addresses as decisions take and give back addresses.
 type autoPoolEngine struct {
-	w    View
+	w    view
 	def  IPNumber
 	free map[string]*netipx.IPSet
 	// claimed are the kept pools a plan reuses, so that no two take one.
@@ -510,7 +510,7 @@ type autoPoolEngine struct {
 	names map[string]string
 }
 
-func newAutoPoolEngine(w View, opts Options) *autoPoolEngine {
+func newAutoPoolEngine(w view, opts Options) *autoPoolEngine {
 	return &autoPoolEngine{w: w, def: opts.defaultNumber(), free: make(map[string]*netipx.IPSet),
 		claimed: make(map[*AutoPool]bool), names: make(map[string]string)}
 }

@@ -7,8 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ipamkit/ipam"
 	"go4.org/netipx"
+
+	"github.com/ipamkit/ipam"
 )
 
 // fieldErrors collects the *ipam.FieldError problems of one object.

@@ -47,7 +47,27 @@ func ExampleDecide() {
 	// wait (Deployment default/batch eth0 IPv4, subnet "subnet-6"): insufficient free addresses: 9 wanted, 7 left (Spiderpool: insufficient subnet FreeIPs, required '9' but only left '7'); retried when addresses are given back
 }
 
-// A SubnetManager creates an application's pools when it is told about the
+// A Decision's String says what it does, to which pool of which
+// application, and why.
+func ExampleDecision_String() {
+	sn := subnet.MustParse(`{"name":"subnet-6","subnet":"10.6.0.0/16","ips":["10.6.168.101-10.6.168.110"]}`)
+	snap, err := subnet.NewSnapshot([]*subnet.Subnet{sn}, nil, nil, nil, nil)
+	if err != nil {
+		panic(err)
+	}
+	replicas := 2
+	app := subnet.Application{
+		AppRef:      ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "app", UID: "6f1d-00000-a5bd3c"},
+		Annotations: map[string]string{ipam.AnnotationSubnet: `{"ipv4":["subnet-6"]}`, subnet.AnnotationIPNumber: "+1"},
+		Replicas:    &replicas,
+	}
+	d := subnet.Decide([]subnet.Application{app}, snap, subnet.Options{})[0]
+	fmt.Println(d.String())
+	// Output:
+	// create auto4-app-eth0-a5bd3 (Deployment default/app eth0 IPv4, subnet "subnet-6"): 3 addresses for 2 pods and ipam.spidernet.io/ippool-ip-number "+1"
+}
+
+// A Manager creates an application's pools when it is told about the
 // application, and serves them to an Allocator: a pod's pool is ready when
 // its allocation arrives, or the allocation fails at once saying why.
 func ExampleManager() {

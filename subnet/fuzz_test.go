@@ -75,7 +75,7 @@ func FuzzParseSubnet(f *testing.F) {
 	})
 }
 
-// FuzzDecideAutoPools: whatever the annotations and counts, the decisions
+// FuzzDecide: whatever the annotations and counts, the decisions
 // never panic, every failure says why, and the pools created are disjoint,
 // inside the subnet, and of distinct names (a third application has the
 // first one's name and five UID characters, in another namespace).

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ipamkit/ipam"
-	"github.com/ipamkit/ipam/internal/k8slabel"
 	"iter"
 	"log/slog"
 	"maps"
@@ -16,11 +14,13 @@ import (
 
 	"go4.org/netipx"
 
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/internal/k8slabel"
 	"github.com/ipamkit/ipam/store"
 )
 
 // This file holds Manager, which applies the auto-pool decisions of
-// autopool_decide.go in memory as applications and pods come and go, and
+// decide.go in memory as applications and pods come and go, and
 // serves the pools to an Allocator.
 
 // ManagerOptions configure a Manager.
@@ -47,17 +47,15 @@ type ManagerOptions struct {
 	AutoPool Options
 	// Apply, if set, writes each change of an auto-pool where the pools
 	// live (SpiderIPPool objects, say) before the manager serves it: the
-	// decisions Create, Grow, Shrink,
-	// Update, Terminate and Delete, with the pool as
-	// the decision leaves it (for Delete, the pool deleted). It is
+	// decisions Create, Grow, Shrink, Update, Terminate and Delete, with
+	// the pool as the decision leaves it (for Delete, the pool deleted). It is
 	// called with the lock of the pool's subnet held, so the changes of one
 	// subnet are written one at a time, in order, and those of different
 	// subnets in parallel. When Apply is called for a shrink or a deletion,
 	// the manager already serves the pool without the addresses it gives
 	// back, and has checked that no pod holds one (see Manager). If
-	// Apply returns an error, the
-	// change is not made: the addresses stay where they were, and the
-	// decision becomes an Wait whose Err wraps ErrNotReady and says
+	// Apply returns an error, the change is not made: the addresses stay where they were, and the
+	// decision becomes a Wait whose Err wraps ErrNotReady and says
 	// why, retried on Sync. An application's pools are then not all or
 	// nothing: those written stay.
 	Apply func(ctx context.Context, d *Decision) error

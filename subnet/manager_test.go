@@ -341,7 +341,7 @@ func checkSubnetInvariants(t *testing.T, c *ssCluster, subnets []*subnet.Subnet,
 }
 
 // TestSubnetManagerModel runs seeded random histories of applications and
-// pods against a SubnetManager and an Allocator, and checks the invariants
+// pods against a Manager and an Allocator, and checks the invariants
 // after every step.
 func TestSubnetManagerModel(t *testing.T) {
 	for seed := range uint64(30) {
@@ -672,7 +672,7 @@ func allocated(f func()) uint64 {
 // ippool-ip-number), IPv6 and IPv4, writes no claim per address and
 // allocates a bounded amount of memory (it used to write one claim per
 // address under the subnet's lock: 954 MB for a million, out of memory for
-// 16,777,216). BenchmarkSubnetManagerHugePool times it.
+// 16,777,216). BenchmarkManagerHugePool times it.
 func TestSubnetManagerHugePoolBounded(t *testing.T) {
 	const bound = 1 << 20 // bytes per change (about 16 KiB measured); one claim per address would be gigabytes
 	for _, tc := range []struct{ name, subnet, ann string }{

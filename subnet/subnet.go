@@ -4,20 +4,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ipamkit/ipam"
-	"github.com/ipamkit/ipam/internal/u128"
 	"math"
 	"net/netip"
 	"slices"
 	"strings"
 
 	"go4.org/netipx"
+
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/internal/u128"
 )
 
 // This file holds the SpiderSubnet model: the Subnet type, its JSON and
 // validation, the admission rules between subnets and the pools in their
 // CIDRs, and the subnet's status counts. Auto-created pools are in
-// autopool.go, the decisions about them in autopool_decide.go.
+// autopool.go, the decisions about them in decide.go.
 
 // Subnet is a SpiderSubnet spec: a CIDR and the addresses in it (IPs less
 // ExcludeIPs) that SpiderSubnet hands to the pools it controls, the pools

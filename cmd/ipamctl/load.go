@@ -770,7 +770,7 @@ func placeholderAppUID(r ipam.AppRef) string {
 	return "nouid-" + hex.EncodeToString(sum[:5])
 }
 
-// subnet reads a SpiderSubnet: its spec as an subnet.Subnet.
+// subnet reads a SpiderSubnet: its spec as a subnet.Subnet.
 func (c *cluster) subnet(at origin, data []byte) {
 	s := new(subnet.Subnet)
 	obj, ok := c.spec(at, data, s)

@@ -9,8 +9,8 @@
 // ReplicaSets, StatefulSets, DaemonSets, Jobs and CronJobs, read by
 // k8s.Application), the deletions of pods, and the SpiderSubnets,
 // SpiderIPPools written by hand and SpiderReservedIPs. The decisions are the
-// library's: an subnet.Manager built from consistent lists of those
-// objects decides each application's pools (subnet.Decide' rules) and
+// library's: a subnet.Manager built from consistent lists of those
+// objects decides each application's pools (subnet.Decide's rules) and
 // calls the Runner to write each change before it serves it
 // (subnet.ManagerOptions.Apply). Applications of other kinds (third-party
 // controllers, whose replica count only their scale subresource tells) are

@@ -17,7 +17,7 @@ import (
 
 // This file turns Spiderpool's objects into the library's values and back:
 // SpiderSubnets into subnet.Subnet, SpiderIPPools into ipam.Pool and
-// subnet.AutoPool, and an subnet.AutoPool into the SpiderIPPool object
+// subnet.AutoPool, and a subnet.AutoPool into the SpiderIPPool object
 // Spiderpool's subnet controller writes.
 
 // The resources the runner reads and writes (spiderpool.spidernet.io/v2beta1,

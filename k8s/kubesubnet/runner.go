@@ -108,7 +108,7 @@ func (o *Options) defaults() {
 
 // Runner runs SpiderSubnet on a live cluster: it follows the applications,
 // and creates, resizes and deletes their auto-pools as SpiderIPPool objects,
-// by the decisions of an subnet.Manager (subnet.Decide' rules).
+// by the decisions of a subnet.Manager (subnet.Decide's rules).
 // See the package documentation.
 //
 // A Runner is safe for concurrent use. Create one with New; the zero Runner
