@@ -82,7 +82,7 @@ func (r AppRef) IsNative() bool {
 }
 
 // StatusName returns the name Spiderpool gives r in a subnet's
-// status.controlledIPPools (ControlledIPs.Application):
+// status.controlledIPPools (subnet.ControlledIPs.Application):
 // "<group>_<version>_<Kind>_<namespace>_<name>", such as
 // "apps_v1_Deployment_default_web", without the group part for the core
 // group.
@@ -100,7 +100,8 @@ func (r AppRef) StatusName() string {
 // LabelAppKind, LabelAppNamespace and LabelAppName). Such a pool serves only
 // the pods whose Request.App matches those five values (see Subject.Check).
 //
-// Spiderpool tells an auto-pool by its object label LabelOwnerAppName, which
+// Spiderpool tells an auto-pool by its object label
+// ipam.spidernet.io/owner-application-name (subnet.LabelOwnerAppName), which
 // a Pool does not carry. Its webhook keeps an auto-pool's podAffinity to
 // exactly those five keys, and no pool of its making has them otherwise, so
 // both tests pick the same pools among Spiderpool's. A pool written by hand
@@ -121,7 +122,7 @@ func IsAutoPool(p *Pool) bool {
 
 // admitsApp reports whether the podAffinity sel of an auto-pool admits the
 // pods of app, as Spiderpool matches it: each of the five application keys
-// of matchLabels holds app's value (as AppLabels writes it); other keys and
+// of matchLabels holds app's value (as subnet.AppLabels writes it); other keys and
 // matchExpressions are not looked at. The zero AppRef is admitted by none.
 // It does not allocate unless a value is longer than a label value.
 func admitsApp(sel *LabelSelector, app AppRef) bool {
