@@ -473,36 +473,29 @@ func autoPoolAffinity(app ipam.AppRef) *ipam.LabelSelector {
 	return &ipam.LabelSelector{MatchLabels: AppLabels(app)}
 }
 
-// AutoPoolName returns the name of the auto-pool of an application's
-// interface and IP family, as Spiderpool names it:
-// "auto<family>-<application name>-<interface>-<uid5>", lower-cased, where
-// uid5 is the first five characters of the last dash-separated block of the
-// application's UID, so that applications of different kinds with one name
-// get different pools. The application name is cut so that the whole name
-// has at most 253 characters (Spiderpool's cut leaves 254, which the API
-// server refuses), and dots and dashes at the cut are dropped, so that the
-// name stays a DNS subdomain. It is an error if the result is not one (an
-// interface name with characters a pool name cannot hold, say).
-//
-// The decisions use this name unless another pool has it (two
-// applications whose UIDs share those five characters, such as two
-// Deployments "web" in two namespaces): see AutoPoolNames.
-func AutoPoolName(family int, app ipam.AppRef, iface string) (string, error) {
-	return autoPoolName(family, app, iface, uidTail(app.UID, 5))
-}
-
 // AutoPoolNames returns the names the decisions try, in order, for a new
-// auto-pool of an application's interface and IP family: AutoPoolName
-// (Spiderpool's), then the same with the whole last block of the UID
-// instead of its first five characters (for a UUID, twelve), then with
-// sixteen hexadecimal digits of the SHA-256 of the whole UID, which tells
-// distinct UIDs apart but for a hash collision. A new pool takes the first
-// name no pool has and no other decision of the same call takes; Spiderpool
-// has only the first, and its second application waits forever. Pools are
-// found by their labels (the application's UID), never by their name, so a
-// longer name serves as well.
+// auto-pool of an application's interface and IP family. The first is
+// Spiderpool's: "auto<family>-<application name>-<interface>-<uid5>",
+// lower-cased, where uid5 is the first five characters of the last
+// dash-separated block of the application's UID, so that applications of
+// different kinds with one name get different pools. The application name is
+// cut so that the whole name has at most 253 characters (Spiderpool's cut
+// leaves 254, which the API server refuses), and dots and dashes at the cut
+// are dropped, so that the name stays a DNS subdomain. It is an error if the
+// result is not one (an interface name with characters a pool name cannot
+// hold, say).
+//
+// Then come the same with the whole last block of the UID instead of its
+// first five characters (for a UUID, twelve), and with sixteen hexadecimal
+// digits of the SHA-256 of the whole UID, which tells distinct UIDs apart
+// but for a hash collision: two applications whose UIDs share those five
+// characters, such as two Deployments "web" in two namespaces, both get a
+// pool. A new pool takes the first name no pool has and no other decision
+// of the same call takes; Spiderpool has only the first, and its second
+// application waits forever. Pools are found by their labels (the
+// application's UID), never by their name, so a longer name serves as well.
 func AutoPoolNames(family int, app ipam.AppRef, iface string) ([]string, error) {
-	first, err := AutoPoolName(family, app, iface)
+	first, err := spiderpoolName(family, app, iface)
 	if err != nil {
 		return nil, err
 	}
@@ -519,6 +512,11 @@ func AutoPoolNames(family int, app ipam.AppRef, iface string) ([]string, error) 
 	return out, nil
 }
 
+// spiderpoolName returns the first of AutoPoolNames: Spiderpool's name.
+func spiderpoolName(family int, app ipam.AppRef, iface string) (string, error) {
+	return autoPoolName(family, app, iface, uidTail(app.UID, 5))
+}
+
 // uidTail returns the first n characters (all, if n < 0) of the last
 // dash-separated block of uid.
 func uidTail(uid string, n int) string {
@@ -532,7 +530,7 @@ func uidTail(uid string, n int) string {
 }
 
 // autoPoolName returns "auto<family>-<application name>-<interface>-<tag>",
-// lower-cased and cut as AutoPoolName says.
+// lower-cased and cut as AutoPoolNames says.
 func autoPoolName(family int, app ipam.AppRef, iface, tag string) (string, error) {
 	prefix := "auto" + strconv.Itoa(family) + "-"
 	suffix := "-" + strings.ToLower(iface) + "-" + strings.ToLower(tag)

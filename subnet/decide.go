@@ -388,7 +388,7 @@ func familyIndex(fam int) int {
 //     rewritten and the pool resized), else a new one with the subnet's
 //     lowest free addresses: its addresses less every pool's, less the
 //     reserved addresses of the family. The new pool is named by
-//     AutoPoolName, Spiderpool's name, unless a pool has that name or
+//     Spiderpool's name (the first of AutoPoolNames), unless a pool has that name or
 //     another create of the same call takes it (two applications whose
 //     UIDs share five characters): then by the next of AutoPoolNames that
 //     is free, or, if none is, it waits (Wait). No two creates of

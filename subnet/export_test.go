@@ -6,3 +6,7 @@ var (
 	DecideApplication = decideApplication
 	DecideReclaim     = decideReclaim
 )
+
+// AutoPoolName is Spiderpool's name of an auto-pool, the first of
+// AutoPoolNames.
+var AutoPoolName = spiderpoolName

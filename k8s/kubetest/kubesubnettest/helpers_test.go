@@ -337,3 +337,14 @@ func mustJSON(v any) string {
 
 // nsResource is the Namespaces resource, for locks kept on a namespace.
 var nsResource = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// spiderpoolName is the name Spiderpool gives the IPv4 auto-pool of app's
+// eth0: the first of subnet.AutoPoolNames.
+func spiderpoolName(t testing.TB, app ipam.AppRef) string {
+	t.Helper()
+	names, err := subnet.AutoPoolNames(4, app, "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names[0]
+}

@@ -40,8 +40,7 @@ func TestRunnerLifecycle(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second, "no waiting loop")
 
 	db := statefulSet(t, "life", "db", 2, subnetAnn("life-6"))
-	name, err := subnet.AutoPoolName(4, appOf(db), "eth0")
-	require.NoError(t, err)
+	name := spiderpoolName(t, appOf(db))
 	waitIPs(t, name, "10.60.168.101-10.60.168.103")
 
 	// The object is what Spiderpool's controller writes.
@@ -244,8 +243,8 @@ func TestRunnerRestart(t *testing.T) {
 	<-r1.Ready()
 	keep := statefulSet(t, "rst", "keep", 2, subnetAnn("rst-6"))
 	gone := statefulSet(t, "rst", "gone", 2, subnetAnn("rst-6"))
-	keepPool, _ := subnet.AutoPoolName(4, appOf(keep), "eth0")
-	gonePool, _ := subnet.AutoPoolName(4, appOf(gone), "eth0")
+	keepPool := spiderpoolName(t, appOf(keep))
+	gonePool := spiderpoolName(t, appOf(gone))
 	waitIPs(t, keepPool, "10.63.0.10-10.63.0.12")
 	waitIPs(t, gonePool, "10.63.0.13-10.63.0.15")
 	stop1()
