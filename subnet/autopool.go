@@ -95,11 +95,11 @@ func validateApp(r ipam.AppRef, fe *fieldErrors) {
 	}
 }
 
-// AppLabels returns the labels an auto-pool's podAffinity matches against
+// appLabels returns the labels an auto-pool's podAffinity matches against
 // the application of a pod: LabelAppAPIGroup, LabelAppAPIVersion,
 // LabelAppKind, LabelAppNamespace and LabelAppName. Values longer than a
 // label value may be (63 characters) are shortened as k8slabel.Value does.
-func AppLabels(r ipam.AppRef) map[string]string {
+func appLabels(r ipam.AppRef) map[string]string {
 	return map[string]string{
 		ipam.LabelAppAPIGroup:   k8slabel.Value(r.Group()),
 		ipam.LabelAppAPIVersion: k8slabel.Value(r.Version()),
@@ -342,8 +342,8 @@ func joinErrors(errs []error) error {
 // ParseAutoPool reads them back. Treat an AutoPool as immutable once shared.
 type AutoPool struct {
 	// Pool is the spec: name, ipVersion, subnet (the CIDR), ips, gateway and
-	// routes copied from the subnet, and podAffinity matching AppLabels of
-	// the application.
+	// routes copied from the subnet, and a podAffinity whose matchLabels
+	// are the application's five ipam.LabelApp* keys (see ipam.IsAutoPool).
 	Pool *ipam.Pool
 	// Subnet names the SpiderSubnet the addresses come from.
 	Subnet string
@@ -397,7 +397,8 @@ func (a *AutoPool) Annotations() map[string]string {
 // and annotations. It reports whether the pool is an auto-pool (it has the
 // label LabelOwnerAppName, Spiderpool's test) and returns every problem with
 // the labels and annotations at once. An application name longer than 63
-// characters comes back shortened (see AppLabels).
+// characters comes back shortened, as the pool's labels write it (its first
+// 57 characters, "-" and five hexadecimal digits of its SHA-256).
 func ParseAutoPool(p *ipam.Pool, labels, annotations map[string]string) (*AutoPool, bool, error) {
 	if _, ok := labels[LabelOwnerAppName]; !ok || p == nil {
 		return nil, false, nil
@@ -470,7 +471,7 @@ func ValidateAutoPoolUpdate(old, new *AutoPool) error {
 
 // autoPoolAffinity returns the podAffinity of an auto-pool of app.
 func autoPoolAffinity(app ipam.AppRef) *ipam.LabelSelector {
-	return &ipam.LabelSelector{MatchLabels: AppLabels(app)}
+	return &ipam.LabelSelector{MatchLabels: appLabels(app)}
 }
 
 // AutoPoolNames returns the names the decisions try, in order, for a new

@@ -10,3 +10,7 @@ var (
 // AutoPoolName is Spiderpool's name of an auto-pool, the first of
 // AutoPoolNames.
 var AutoPoolName = spiderpoolName
+
+// AppLabels are the matchLabels of the podAffinity of an application's
+// auto-pools.
+var AppLabels = appLabels

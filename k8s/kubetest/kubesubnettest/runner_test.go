@@ -59,7 +59,8 @@ func TestRunnerLifecycle(t *testing.T) {
 	gw, _, _ := unstructured.NestedString(u.Object, "spec", "gateway")
 	require.Equal(t, "10.60.0.1", gw)
 	aff, _, _ := unstructured.NestedStringMap(u.Object, "spec", "podAffinity", "matchLabels")
-	require.Equal(t, subnet.AppLabels(appOf(db)), aff)
+	require.Equal(t, map[string]string{ipam.LabelAppAPIGroup: "apps", ipam.LabelAppAPIVersion: "v1", ipam.LabelAppKind: "StatefulSet",
+		ipam.LabelAppNamespace: "life", ipam.LabelAppName: "db"}, aff)
 
 	// Its pods are served from it; another application's pod that names it
 	// is refused, as in Spiderpool.
