@@ -29,6 +29,12 @@
 // in one process or many, can share a Store and never hand one address to two
 // owners.
 //
+// SpiderSubnet, the pools Spiderpool creates per application from a subnet
+// (auto-pools), lives in package github.com/ipamkit/ipam/subnet: its Manager
+// is the PoolSource (and AutoPoolSource) an Allocator serves them from. This
+// package keeps what selection needs of them: the pod's application
+// (Request.App, AppRef) and how an auto-pool admits it (IsAutoPool).
+//
 // # The Store is the one truth
 //
 // An Allocator remembers nothing an answer depends on. Which addresses an

@@ -200,7 +200,7 @@ func (e *AllocationError) Unwrap() error { return e.Err }
 // the subnet), ErrNotFound (no such subnet) or ErrNotSupported.
 //
 // The zero AutoPoolError is not useful; the auto-pool decisions and
-// SubnetManager build them. An AutoPoolError is not modified after it is
+// subnet.Manager build them. An AutoPoolError is not modified after it is
 // returned, so it is safe to read from several goroutines.
 type AutoPoolError struct {
 	// App is the application; zero for a pod without a controller.

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go4.org/netipx"
+
+	"github.com/ipamkit/ipam/internal/k8slabel"
 )
 
 // This file holds Spiderpool's pool filters: the rules that take a candidate
@@ -298,7 +300,7 @@ func parseNetworks(key, s string) ([]NetworkSelection, *MultusError) {
 // isDNSLabel reports whether s matches [a-z0-9]([-a-z0-9]*[a-z0-9])?, the
 // pattern Multus requires of each part of its text form (length not checked).
 func isDNSLabel(s string) bool {
-	return !strings.Contains(s, ".") && isLabelDNSSubdomain(s)
+	return !strings.Contains(s, ".") && k8slabel.IsDNSSubdomain(s)
 }
 
 // MultusError reports a malformed Multus network annotation (or value of the

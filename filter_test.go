@@ -11,6 +11,7 @@ import (
 	"go4.org/netipx"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/internal/k8slabel"
 )
 
 // filterPool builds a valid IPv4 pool named name; fields is a JSON fragment
@@ -264,7 +265,7 @@ func TestCheck(t *testing.T) {
 			name: "auto-created pool: a long application name, as its labels shorten it",
 			pool: filterPool("p1", `"podAffinity":{"matchLabels":{"ipam.spidernet.io/app-api-group":"apps","ipam.spidernet.io/app-api-version":"v1",`+
 				`"ipam.spidernet.io/app-kind":"Deployment","ipam.spidernet.io/app-namespace":"ns1","ipam.spidernet.io/app-name":"`+
-				ipam.AppLabels(ipam.AppRef{Name: longAppName})["ipam.spidernet.io/app-name"]+`"}}`),
+				k8slabel.Value(longAppName)+`"}}`),
 			subject: func(s *ipam.Subject) { s.App = filterApp(); s.App.Name = longAppName },
 			family:  4,
 		},

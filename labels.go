@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/ipamkit/ipam/internal/k8slabel"
 )
 
 // SelectorOperator relates a label key to a set of values in a
@@ -167,11 +169,11 @@ func (s *LabelSelector) validate(fe *fieldErrors, field string) {
 	}
 	mlPath := labelFieldPath(field, "matchLabels")
 	for _, k := range slices.Sorted(maps.Keys(s.MatchLabels)) {
-		if reason := labelKeyProblem(k); reason != "" {
+		if reason := k8slabel.KeyProblem(k); reason != "" {
 			fe.add(mlPath, k, reason)
 		}
 		v := s.MatchLabels[k]
-		if reason := labelValueProblem(v); reason != "" {
+		if reason := k8slabel.ValueProblem(v); reason != "" {
 			fe.add(mlPath+"["+k+"]", v, reason)
 		}
 	}
@@ -179,7 +181,7 @@ func (s *LabelSelector) validate(fe *fieldErrors, field string) {
 	for i := range s.MatchExpressions {
 		r := &s.MatchExpressions[i]
 		path := mePath + "[" + strconv.Itoa(i) + "]"
-		if reason := labelKeyProblem(r.Key); reason != "" {
+		if reason := k8slabel.KeyProblem(r.Key); reason != "" {
 			fe.add(path+".key", r.Key, reason)
 		}
 		switch r.Operator {
@@ -197,7 +199,7 @@ func (s *LabelSelector) validate(fe *fieldErrors, field string) {
 			fe.add(path+".operator", string(r.Operator), "not a valid selector operator")
 		}
 		for j, v := range r.Values {
-			if reason := labelValueProblem(v); reason != "" {
+			if reason := k8slabel.ValueProblem(v); reason != "" {
 				fe.add(path+".values["+strconv.Itoa(j)+"]", v, reason)
 			}
 		}
@@ -221,7 +223,7 @@ func (s *LabelSelector) Matches(labels map[string]string) bool {
 		return false
 	}
 	for k, v := range s.MatchLabels {
-		if labelKeyProblem(k) != "" || labelValueProblem(v) != "" {
+		if k8slabel.KeyProblem(k) != "" || k8slabel.ValueProblem(v) != "" {
 			return false
 		}
 		if got, ok := labels[k]; !ok || got != v {
@@ -238,11 +240,11 @@ func (s *LabelSelector) Matches(labels map[string]string) bool {
 
 // matches reports whether r is valid and labels satisfy it.
 func (r *LabelSelectorRequirement) matches(labels map[string]string) bool {
-	if labelKeyProblem(r.Key) != "" {
+	if k8slabel.KeyProblem(r.Key) != "" {
 		return false
 	}
 	for _, v := range r.Values {
-		if labelValueProblem(v) != "" {
+		if k8slabel.ValueProblem(v) != "" {
 			return false
 		}
 	}
@@ -340,102 +342,4 @@ func (s *LabelSelector) String() string {
 		b.WriteByte(')')
 	}
 	return b.String()
-}
-
-// Limits and messages of Kubernetes's validation of qualified names and label
-// values (k8s.io/apimachinery/pkg/util/validation).
-const (
-	labelNameMaxLen   = 63
-	labelPrefixMaxLen = 253
-
-	labelNameSyntax = "consist of alphanumeric characters, '-', '_' or '.', " +
-		"and must start and end with an alphanumeric character"
-)
-
-// labelKeyProblem says what is wrong with a label key, which must be a
-// qualified name: an optional DNS-1123 subdomain prefix and "/", then a name.
-// It returns "" for a valid key and does not allocate.
-func labelKeyProblem(key string) string {
-	name := key
-	if prefix, rest, ok := strings.Cut(key, "/"); ok {
-		if strings.IndexByte(rest, '/') >= 0 {
-			return "a qualified name must " + labelNameSyntax +
-				", with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-		}
-		switch {
-		case prefix == "":
-			return "prefix part must be non-empty"
-		case len(prefix) > labelPrefixMaxLen:
-			return "prefix part must be no more than 253 characters"
-		case !isLabelDNSSubdomain(prefix):
-			return "prefix part must be a lowercase RFC 1123 subdomain: lower case alphanumeric " +
-				"characters, '-' or '.', starting and ending with an alphanumeric character"
-		}
-		name = rest
-	}
-	switch {
-	case name == "":
-		return "name part must be non-empty"
-	case len(name) > labelNameMaxLen:
-		return "name part must be no more than 63 characters"
-	case !isLabelName(name):
-		return "name part must " + labelNameSyntax
-	}
-	return ""
-}
-
-// labelValueProblem says what is wrong with a label value, which may be empty.
-// It returns "" for a valid value and does not allocate.
-func labelValueProblem(v string) string {
-	switch {
-	case v == "":
-		return ""
-	case len(v) > labelNameMaxLen:
-		return "must be no more than 63 characters"
-	case !isLabelName(v):
-		return "a valid label must be an empty string or " + labelNameSyntax
-	}
-	return ""
-}
-
-// isLabelName reports whether s matches ([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9].
-func isLabelName(s string) bool {
-	if s == "" || !isLabelAlnum(s[0]) || !isLabelAlnum(s[len(s)-1]) {
-		return false
-	}
-	for i := 1; i < len(s)-1; i++ {
-		if c := s[i]; !isLabelAlnum(c) && c != '-' && c != '_' && c != '.' {
-			return false
-		}
-	}
-	return true
-}
-
-// isLabelDNSSubdomain reports whether s matches the DNS-1123 subdomain pattern
-// [a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*, ignoring
-// length.
-func isLabelDNSSubdomain(s string) bool {
-	for {
-		part, rest, more := strings.Cut(s, ".")
-		if part == "" || !isLabelLowerAlnum(part[0]) || !isLabelLowerAlnum(part[len(part)-1]) {
-			return false
-		}
-		for i := 1; i < len(part)-1; i++ {
-			if c := part[i]; !isLabelLowerAlnum(c) && c != '-' {
-				return false
-			}
-		}
-		if !more {
-			return true
-		}
-		s = rest
-	}
-}
-
-func isLabelAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-}
-
-func isLabelLowerAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9'
 }

@@ -43,7 +43,7 @@ const (
 // SpiderSubnet auto-pools. Select finds it by type assertion when a pod has
 // the subnet annotations; without it they are refused with ErrNotSupported,
 // as Spiderpool refuses them when its auto-pool feature is off.
-// SubnetManager implements it. Implementations must be safe for concurrent
+// subnet.Manager implements it. Implementations must be safe for concurrent
 // use.
 type AutoPoolSource interface {
 	PoolSource

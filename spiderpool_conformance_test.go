@@ -729,9 +729,9 @@ func (w *spcWorld) netConf(t *testing.T, ann map[string]string) ipam.NetConf {
 	// The scenarios' pools are a Catalog, which serves no auto-pools: the
 	// library behaves as Spiderpool with SpiderSubnet on and auto-pools off
 	// (the subnet annotations are refused). Auto-pools are run by
-	// spidersubnet_conformance_test.go through a SubnetManager.
+	// subnet/conformance_test.go through a subnet.Manager.
 	if cfg.EnableAutoPool != nil && *cfg.EnableAutoPool {
-		t.Fatalf("cannot express here: auto-pool scenarios belong in spidersubnet_conformance_test.go")
+		t.Fatalf("cannot express here: auto-pool scenarios belong in subnet/conformance_test.go")
 	}
 	_, sub := ann[ipam.AnnotationSubnet]
 	_, subs := ann[ipam.AnnotationSubnets]

@@ -11,11 +11,12 @@ import (
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/gc"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 // This file finds a pod's application (its top controller), for
 // ipam.Request.App, and turns the Kubernetes controllers SpiderSubnet follows
-// into ipam.Application values.
+// into subnet.Application values.
 
 // App returns the application of pod, its top controller, as Spiderpool's
 // agent works it out, for ipam.Request.App:
@@ -82,10 +83,10 @@ func refApp(namespace string, ref *metav1.OwnerReference) ipam.AppRef {
 // above it, as App says), and neither is nil. Any other type is an error.
 //
 // The annotations and hostNetwork are the pod template's; the pod count
-// fields are those ipam.Application.PodCount reads (spec.replicas,
+// fields are those subnet.Application.PodCount reads (spec.replicas,
 // status.desiredNumberScheduled, a Job's or a CronJob's job template's
 // completions and parallelism). The Application shares no memory with obj.
-func Application(obj metav1.Object) (app ipam.Application, ok bool, err error) {
+func Application(obj metav1.Object) (app subnet.Application, ok bool, err error) {
 	var tmpl *corev1.PodTemplateSpec
 	switch o := obj.(type) {
 	case *appsv1.Deployment:

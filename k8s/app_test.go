@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 func controller(apiVersion, kind, name, uid string) []metav1.OwnerReference {
@@ -85,27 +86,27 @@ func TestApplication(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		obj    metav1.Object
-		want   ipam.Application
+		want   subnet.Application
 		notApp bool
 	}{
 		{name: "Deployment", obj: &appsv1.Deployment{ObjectMeta: meta("web", "u1", nil), Spec: appsv1.DeploymentSpec{Replicas: n(3), Template: tmpl}},
-			want: ipam.Application{AppRef: ref("apps/v1", "Deployment", "web", "u1"), Annotations: ann, HostNetwork: true, Replicas: in(3)}},
+			want: subnet.Application{AppRef: ref("apps/v1", "Deployment", "web", "u1"), Annotations: ann, HostNetwork: true, Replicas: in(3)}},
 		{name: "Deployment without replicas", obj: &appsv1.Deployment{ObjectMeta: meta("web", "u1", nil)},
-			want: ipam.Application{AppRef: ref("apps/v1", "Deployment", "web", "u1")}},
+			want: subnet.Application{AppRef: ref("apps/v1", "Deployment", "web", "u1")}},
 		{name: "ReplicaSet on its own", obj: &appsv1.ReplicaSet{ObjectMeta: meta("rs", "u2", nil), Spec: appsv1.ReplicaSetSpec{Replicas: n(2), Template: tmpl}},
-			want: ipam.Application{AppRef: ref("apps/v1", "ReplicaSet", "rs", "u2"), Annotations: ann, HostNetwork: true, Replicas: in(2)}},
+			want: subnet.Application{AppRef: ref("apps/v1", "ReplicaSet", "rs", "u2"), Annotations: ann, HostNetwork: true, Replicas: in(2)}},
 		{name: "a Deployment's ReplicaSet", obj: &appsv1.ReplicaSet{ObjectMeta: meta("rs", "u2", controller("apps/v1", "Deployment", "web", "u1"))}, notApp: true},
 		{name: "StatefulSet", obj: &appsv1.StatefulSet{ObjectMeta: meta("db", "u3", nil), Spec: appsv1.StatefulSetSpec{Replicas: n(0), Template: tmpl}},
-			want: ipam.Application{AppRef: ref("apps/v1", "StatefulSet", "db", "u3"), Annotations: ann, HostNetwork: true, Replicas: in(0)}},
+			want: subnet.Application{AppRef: ref("apps/v1", "StatefulSet", "db", "u3"), Annotations: ann, HostNetwork: true, Replicas: in(0)}},
 		{name: "DaemonSet", obj: &appsv1.DaemonSet{ObjectMeta: meta("agent", "u4", nil), Spec: appsv1.DaemonSetSpec{Template: tmpl},
 			Status: appsv1.DaemonSetStatus{DesiredNumberScheduled: 5}},
-			want: ipam.Application{AppRef: ref("apps/v1", "DaemonSet", "agent", "u4"), Annotations: ann, HostNetwork: true, DesiredNumberScheduled: 5}},
+			want: subnet.Application{AppRef: ref("apps/v1", "DaemonSet", "agent", "u4"), Annotations: ann, HostNetwork: true, DesiredNumberScheduled: 5}},
 		{name: "Job", obj: &batchv1.Job{ObjectMeta: meta("once", "u5", nil), Spec: batchv1.JobSpec{Completions: n(4), Parallelism: n(2), Template: tmpl}},
-			want: ipam.Application{AppRef: ref("batch/v1", "Job", "once", "u5"), Annotations: ann, HostNetwork: true, Completions: in(4), Parallelism: in(2)}},
+			want: subnet.Application{AppRef: ref("batch/v1", "Job", "once", "u5"), Annotations: ann, HostNetwork: true, Completions: in(4), Parallelism: in(2)}},
 		{name: "a CronJob's Job", obj: &batchv1.Job{ObjectMeta: meta("nightly-1", "u6", controller("batch/v1", "CronJob", "nightly", "u7"))}, notApp: true},
 		{name: "CronJob", obj: &batchv1.CronJob{ObjectMeta: meta("nightly", "u7", nil),
 			Spec: batchv1.CronJobSpec{JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Parallelism: n(3), Template: tmpl}}}},
-			want: ipam.Application{AppRef: ref("batch/v1", "CronJob", "nightly", "u7"), Annotations: ann, HostNetwork: true, Parallelism: in(3)}},
+			want: subnet.Application{AppRef: ref("batch/v1", "CronJob", "nightly", "u7"), Annotations: ann, HostNetwork: true, Parallelism: in(3)}},
 		{name: "nil Deployment", obj: (*appsv1.Deployment)(nil), notApp: true},
 		{name: "nil", obj: nil, notApp: true},
 	} {

@@ -12,8 +12,8 @@
 //     ipam.Request.App) from its owner reference and, for a ReplicaSet or
 //     a Job, that owner's;
 //   - Application turns a Deployment, ReplicaSet, StatefulSet, DaemonSet,
-//     Job or CronJob into the ipam.Application whose SpiderSubnet auto-pools
-//     ipam.DecideAutoPools and ipam.SubnetManager decide.
+//     Job or CronJob into the subnet.Application whose SpiderSubnet auto-pools
+//     subnet.Decide and subnet.Manager decide.
 //
 // The functions are pure: they copy what they keep, never modify their
 // arguments, and are safe for concurrent use. Objects from an informer's
@@ -35,7 +35,7 @@
 //     client-go's generated clientset, and finds a cluster's client config;
 //   - kubesubnet runs SpiderSubnet on a cluster: a Runner (a controller,
 //     leader-elected) creates, resizes and deletes the auto-pools of
-//     applications as SpiderIPPool objects by ipam.SubnetManager's
+//     applications as SpiderIPPool objects by subnet.Manager's
 //     decisions, and Pools finds an application's auto-pool for an
 //     allocator at once.
 //

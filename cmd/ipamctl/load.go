@@ -26,6 +26,7 @@ import (
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/store"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 // This file reads Kubernetes manifests into a cluster: it splits files into
@@ -175,12 +176,12 @@ type poolObj struct {
 
 type subnetObj struct {
 	at     origin
-	subnet *ipam.Subnet
+	subnet *subnet.Subnet
 }
 
 type appObj struct {
 	at  origin
-	app ipam.Application
+	app subnet.Application
 }
 
 // claimObj is one entry of a SpiderIPPool's status.allocatedIPs.
@@ -769,9 +770,9 @@ func placeholderAppUID(r ipam.AppRef) string {
 	return "nouid-" + hex.EncodeToString(sum[:5])
 }
 
-// subnet reads a SpiderSubnet: its spec as an ipam.Subnet.
+// subnet reads a SpiderSubnet: its spec as a subnet.Subnet.
 func (c *cluster) subnet(at origin, data []byte) {
-	s := new(ipam.Subnet)
+	s := new(subnet.Subnet)
 	obj, ok := c.spec(at, data, s)
 	if !ok {
 		return

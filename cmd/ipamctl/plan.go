@@ -14,10 +14,11 @@ import (
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/store"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 // This file holds ipamctl plan: the SpiderSubnet auto-pools each application
-// of the input needs (ipam.DecideAutoPools over the subnets, pools, reserved
+// of the input needs (subnet.Decide over the subnets, pools, reserved
 // addresses and controllers read), and each subnet's counts once they are
 // made.
 
@@ -30,7 +31,7 @@ func runPlan(args []string, in *input, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args, in); !ok {
 		return code
 	}
-	opts := ipam.AutoPoolOptions{DefaultIPNumber: def}
+	opts := subnet.Options{DefaultIPNumber: def}
 	if err := opts.Validate(); err != nil {
 		fmt.Fprintf(stderr, "ipamctl plan: --default-ip-number: %v\n", err)
 		return exitUsage
@@ -61,7 +62,7 @@ func runPlan(args []string, in *input, stdout, stderr io.Writer) int {
 // planned is what plan found.
 type planned struct {
 	pools   []plannedPool
-	subnets []ipam.SubnetStatus
+	subnets []subnet.Status
 }
 
 // plannedPool is one auto-pool and what the plan does to it.
@@ -69,7 +70,7 @@ type plannedPool struct {
 	name, subnet, application string
 	ips                       []string
 	labels                    map[string]string
-	action                    ipam.AutoPoolAction
+	action                    subnet.Action
 	message                   string
 }
 
@@ -77,15 +78,15 @@ type plannedPool struct {
 // recorded in c: objects that cannot be planned with (a subnet that overlaps
 // another, an auto-pool whose labels do not parse) are left out, and an
 // application whose annotations ask for what cannot be done gets no pool.
-func (c *cluster) plan(opts ipam.AutoPoolOptions) *planned {
+func (c *cluster) plan(opts subnet.Options) *planned {
 	pools := c.poolList()
 	subnets := c.plannedSubnets(pools)
 
 	var manual []*ipam.Pool
-	var auto []*ipam.AutoPool
+	var auto []*subnet.AutoPool
 	var claims []store.Claim
 	for _, po := range c.pools {
-		a, isAuto, err := ipam.ParseAutoPool(po.pool, po.labels, po.annotations)
+		a, isAuto, err := subnet.ParseAutoPool(po.pool, po.labels, po.annotations)
 		switch {
 		case err != nil:
 			c.addError(po.at, "", err)
@@ -104,31 +105,31 @@ func (c *cluster) plan(opts ipam.AutoPoolOptions) *planned {
 	for i, r := range c.reserved {
 		reserved[i] = r.r
 	}
-	snap, err := ipam.NewAutoPoolSnapshot(subnets, manual, auto, reserved, claims)
+	snap, err := subnet.NewSnapshot(subnets, manual, auto, reserved, claims)
 	if err != nil {
 		for _, e := range leafErrors(err) {
 			c.addProblem(origin{}, "cannot plan: %s", oneLine(e.Error()))
 		}
 		return &planned{}
 	}
-	apps := make([]ipam.Application, len(c.apps))
+	apps := make([]subnet.Application, len(c.apps))
 	at := make(map[string]origin, len(c.apps))
 	for i, a := range c.apps {
 		apps[i] = a.app
 		at[a.app.UID] = a.at
 	}
-	final := make(map[string]*ipam.AutoPool, len(auto))
+	final := make(map[string]*subnet.AutoPool, len(auto))
 	for _, a := range auto {
 		final[a.Name()] = a
 	}
 	p := &planned{}
-	for _, d := range ipam.DecideAutoPools(apps, snap, opts) {
+	for _, d := range subnet.Decide(apps, snap, opts) {
 		switch {
-		case d.Action == ipam.AutoPoolSkip:
+		case d.Action == subnet.Skip:
 			continue
-		case d.Action == ipam.AutoPoolFail || (d.Action == ipam.AutoPoolWait && d.Pool == nil):
+		case d.Action == subnet.Fail || (d.Action == subnet.Wait && d.Pool == nil):
 			where := at[d.App.UID]
-			if d.Action == ipam.AutoPoolWait {
+			if d.Action == subnet.Wait {
 				c.addProblem(where, "no pool yet for %s: %s", d.Interface+" IPv"+fmt.Sprint(d.Family), d.Message)
 				continue
 			}
@@ -136,7 +137,7 @@ func (c *cluster) plan(opts ipam.AutoPoolOptions) *planned {
 				c.addProblem(where, "%s", text)
 			}
 			continue
-		case d.Action == ipam.AutoPoolDelete:
+		case d.Action == subnet.Delete:
 			delete(final, d.PoolName())
 		default:
 			final[d.PoolName()] = d.Pool
@@ -146,22 +147,22 @@ func (c *cluster) plan(opts ipam.AutoPoolOptions) *planned {
 			ips: specIPs(d.Pool.Pool), labels: d.Pool.Labels(), action: d.Action, message: d.Message,
 		})
 	}
-	finalPools := slices.SortedFunc(maps.Values(final), func(a, b *ipam.AutoPool) int { return cmp.Compare(a.Name(), b.Name()) })
+	finalPools := slices.SortedFunc(maps.Values(final), func(a, b *subnet.AutoPool) int { return cmp.Compare(a.Name(), b.Name()) })
 	for _, s := range subnets {
-		p.subnets = append(p.subnets, ipam.SubnetStatusOf(s, manual, finalPools))
+		p.subnets = append(p.subnets, subnet.StatusOf(s, manual, finalPools))
 	}
 	return p
 }
 
 // plannedSubnets returns the subnets to plan with, in input order: each
 // subnet that goes with the ones kept before it and with the pools
-// (ipam.ValidateSubnets). A subnet that does not is left out, and a problem
+// (subnet.ValidateAll). A subnet that does not is left out, and a problem
 // that names a pool is recorded at the pool.
-func (c *cluster) plannedSubnets(pools []*ipam.Pool) []*ipam.Subnet {
-	var kept []*ipam.Subnet
+func (c *cluster) plannedSubnets(pools []*ipam.Pool) []*subnet.Subnet {
+	var kept []*subnet.Subnet
 	reported := map[string]bool{}
 	for _, so := range c.subnets {
-		err := ipam.ValidateSubnets(append(slices.Clip(kept), so.subnet), pools)
+		err := subnet.ValidateAll(append(slices.Clip(kept), so.subnet), pools)
 		own := false
 		for _, e := range leafErrors(err) {
 			var fe *ipam.FieldError
@@ -234,7 +235,7 @@ func (p *planned) writeTable(w io.Writer) error {
 
 // atLeast writes count n of status s, ">=" before it if it is saturated
 // (math.MaxInt64 standing for more).
-func atLeast(s ipam.SubnetStatus, n int64) string {
+func atLeast(s subnet.Status, n int64) string {
 	if s.Saturated && n == math.MaxInt64 {
 		return ">=" + strconv.FormatInt(n, 10)
 	}
@@ -243,7 +244,7 @@ func atLeast(s ipam.SubnetStatus, n int64) string {
 
 // freeCount writes the free addresses of status s: exact, at least a count
 // when only the total is saturated, "-" when both counts are.
-func freeCount(s ipam.SubnetStatus) string {
+func freeCount(s subnet.Status) string {
 	switch {
 	case s.Saturated && s.AllocatedIPCount == math.MaxInt64:
 		return "-"

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 // runValidate checks the input: every document decodes, every pool is valid
@@ -88,7 +89,7 @@ func (c *cluster) checkAnnotations() {
 		check(ipam.AnnotationSubnets, func(v string) error { _, err := ipam.ParseSubnetsAnnotation(v); return err })
 	}
 	for _, a := range c.apps {
-		_, _, err := ipam.ParseAutoPoolConfig(a.app.Annotations)
+		_, _, err := subnet.ParseConfig(a.app.Annotations)
 		for _, e := range leafErrors(err) {
 			var ae *ipam.AnnotationError
 			if errors.As(e, &ae) {

@@ -9,10 +9,10 @@
 // ReplicaSets, StatefulSets, DaemonSets, Jobs and CronJobs, read by
 // k8s.Application), the deletions of pods, and the SpiderSubnets,
 // SpiderIPPools written by hand and SpiderReservedIPs. The decisions are the
-// library's: an ipam.SubnetManager built from consistent lists of those
-// objects decides each application's pools (ipam.DecideAutoPools' rules) and
+// library's: a subnet.Manager built from consistent lists of those
+// objects decides each application's pools (subnet.Decide's rules) and
 // calls the Runner to write each change before it serves it
-// (ipam.SubnetManagerOptions.Apply). Applications of other kinds (third-party
+// (subnet.ManagerOptions.Apply). Applications of other kinds (third-party
 // controllers, whose replica count only their scale subresource tells) are
 // given to Runner.SetApplication by the caller. The writes:
 //

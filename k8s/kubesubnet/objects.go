@@ -12,11 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 // This file turns Spiderpool's objects into the library's values and back:
-// SpiderSubnets into ipam.Subnet, SpiderIPPools into ipam.Pool and
-// ipam.AutoPool, and an ipam.AutoPool into the SpiderIPPool object
+// SpiderSubnets into subnet.Subnet, SpiderIPPools into ipam.Pool and
+// subnet.AutoPool, and a subnet.AutoPool into the SpiderIPPool object
 // Spiderpool's subnet controller writes.
 
 // The resources the runner reads and writes (spiderpool.spidernet.io/v2beta1,
@@ -43,13 +44,13 @@ func specOf(u *unstructured.Unstructured) ([]byte, error) {
 
 // Subnet reads a SpiderSubnet object: its spec, named after the object, and
 // Terminating when the object is being deleted. It returns every problem of
-// the spec at once (ipam.ParseSubnet).
-func Subnet(u *unstructured.Unstructured) (*ipam.Subnet, error) {
+// the spec at once (subnet.Parse).
+func Subnet(u *unstructured.Unstructured) (*subnet.Subnet, error) {
 	data, err := specOf(u)
 	if err != nil {
 		return nil, err
 	}
-	s, err := ipam.ParseSubnet(data)
+	s, err := subnet.Parse(data)
 	if err != nil {
 		return nil, err
 	}
@@ -58,9 +59,9 @@ func Subnet(u *unstructured.Unstructured) (*ipam.Subnet, error) {
 }
 
 // Pool reads a SpiderIPPool object. When it is an auto-pool (it has the
-// label ipam.LabelOwnerAppName), the *ipam.AutoPool is returned too, read
-// from its labels and annotations (ipam.ParseAutoPool).
-func Pool(u *unstructured.Unstructured) (*ipam.Pool, *ipam.AutoPool, error) {
+// label subnet.LabelOwnerAppName), the *subnet.AutoPool is returned too, read
+// from its labels and annotations (subnet.ParseAutoPool).
+func Pool(u *unstructured.Unstructured) (*ipam.Pool, *subnet.AutoPool, error) {
 	data, err := specOf(u)
 	if err != nil {
 		return nil, nil, err
@@ -70,7 +71,7 @@ func Pool(u *unstructured.Unstructured) (*ipam.Pool, *ipam.AutoPool, error) {
 		return nil, nil, err
 	}
 	p.Terminating = u.GetDeletionTimestamp() != nil
-	a, auto, err := ipam.ParseAutoPool(p, u.GetLabels(), u.GetAnnotations())
+	a, auto, err := subnet.ParseAutoPool(p, u.GetLabels(), u.GetAnnotations())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -100,9 +101,9 @@ func ReservedIP(u *unstructured.Unstructured) (*ipam.ReservedIP, error) {
 // PoolObject returns the SpiderIPPool object of auto-pool a, as Spiderpool's
 // subnet controller writes it: the spec (subnet, ips, gateway and routes of
 // the subnet, podAffinity of the application), the labels of a.Labels, the
-// annotation of a.Annotations, the finalizer ipam.AutoPoolFinalizer and,
+// annotation of a.Annotations, the finalizer subnet.Finalizer and,
 // when subnetUID is set, a controller owner reference to the SpiderSubnet.
-func PoolObject(a *ipam.AutoPool, subnetUID types.UID) (*unstructured.Unstructured, error) {
+func PoolObject(a *subnet.AutoPool, subnetUID types.UID) (*unstructured.Unstructured, error) {
 	if a == nil || a.Pool == nil {
 		return nil, errors.New("no pool")
 	}
@@ -124,7 +125,7 @@ func PoolObject(a *ipam.AutoPool, subnetUID types.UID) (*unstructured.Unstructur
 	u.SetName(a.Name())
 	u.SetLabels(a.Labels())
 	u.SetAnnotations(a.Annotations())
-	u.SetFinalizers([]string{ipam.AutoPoolFinalizer})
+	u.SetFinalizers([]string{subnet.Finalizer})
 	if subnetUID != "" {
 		yes := true
 		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: apiVersion, Kind: "SpiderSubnet", Name: a.Subnet, UID: subnetUID,

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 // Pools is the pool source of an allocator (a CNI plugin's agent) in a
@@ -52,7 +53,7 @@ func NewPools(cfg *rest.Config, src ipam.PoolSource) (*Pools, error) {
 		return nil, fmt.Errorf("kubesubnet: %w", err)
 	}
 	f := metadatainformer.NewFilteredSharedInformerFactory(meta, 0, metav1.NamespaceAll, func(o *metav1.ListOptions) {
-		o.LabelSelector = ipam.LabelOwnerAppUID // the auto-pools
+		o.LabelSelector = subnet.LabelOwnerAppUID // the auto-pools
 	})
 	inf := f.ForResource(IPPoolResource).Informer()
 	if err := inf.AddIndexers(cache.Indexers{byApp: func(obj any) ([]string, error) {
@@ -60,7 +61,7 @@ func NewPools(cfg *rest.Config, src ipam.PoolSource) (*Pools, error) {
 		if err != nil {
 			return nil, nil
 		}
-		return []string{m.GetLabels()[ipam.LabelOwnerAppUID]}, nil
+		return []string{m.GetLabels()[subnet.LabelOwnerAppUID]}, nil
 	}}); err != nil {
 		return nil, fmt.Errorf("kubesubnet: %w", err)
 	}
@@ -119,10 +120,10 @@ func (p *Pools) Reserved(family int) *netipx.IPSet {
 // application is ipam.ErrNotSupported, as in Spiderpool; a pool of the
 // application from another subnet is ipam.ErrNotSupported (a running
 // application's subnet does not change).
-func (p *Pools) AutoPool(req *ipam.Request, iface string, family int, subnet string) (string, error) {
+func (p *Pools) AutoPool(req *ipam.Request, iface string, family int, subnetName string) (string, error) {
 	app := req.App
 	fail := func(reason string, sentinel error) (string, error) {
-		return "", &ipam.AutoPoolError{App: app, Pod: req.Namespace + "/" + req.Name, Interface: iface, Family: family, Subnet: subnet,
+		return "", &ipam.AutoPoolError{App: app, Pod: req.Namespace + "/" + req.Name, Interface: iface, Family: family, Subnet: subnetName,
 			Reason: reason, Err: sentinel}
 	}
 	if app.IsZero() {
@@ -141,11 +142,11 @@ func (p *Pools) AutoPool(req *ipam.Request, iface string, family int, subnet str
 			continue
 		}
 		l := m.GetLabels()
-		if l[ipam.LabelInterface] != iface || l[ipam.LabelIPVersion] != version {
+		if l[subnet.LabelInterface] != iface || l[subnet.LabelIPVersion] != version {
 			continue
 		}
-		if l[ipam.LabelOwnerSubnet] != subnet {
-			others = append(others, fmt.Sprintf("%q from subnet %q", m.GetName(), l[ipam.LabelOwnerSubnet]))
+		if l[subnet.LabelOwnerSubnet] != subnetName {
+			others = append(others, fmt.Sprintf("%q from subnet %q", m.GetName(), l[subnet.LabelOwnerSubnet]))
 			continue
 		}
 		names = append(names, m.GetName())
@@ -159,7 +160,7 @@ func (p *Pools) AutoPool(req *ipam.Request, iface string, family int, subnet str
 		return names[0], nil
 	case len(others) > 0:
 		slices.Sort(others)
-		return fail(fmt.Sprintf("the pod names subnet %q, but its application's pool is %s", subnet, others[0]), ipam.ErrNotSupported)
+		return fail(fmt.Sprintf("the pod names subnet %q, but its application's pool is %s", subnetName, others[0]), ipam.ErrNotSupported)
 	}
 	return fail("the application has no pool of this interface and family yet: the subnet runner creates it when it sees the application, "+
 		"or logs why it cannot (ipamctl plan says so too)", ipam.ErrNotReady)

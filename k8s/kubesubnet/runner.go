@@ -31,6 +31,7 @@ import (
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/store"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 // Kinds of applications a Runner follows (Options.Kinds).
@@ -64,7 +65,7 @@ type Options struct {
 	Kinds []string
 	// Workers is how many application changes are applied at once; zero
 	// means 8. Changes of one subnet are applied one at a time whatever
-	// their number (see ipam.SubnetManager).
+	// their number (see subnet.Manager).
 	Workers int
 	// SyncPeriod is how often what waits (a pool waiting for free addresses
 	// or for a write that failed, a shrink waiting for pods) is retried
@@ -73,7 +74,7 @@ type Options struct {
 	// WriteTimeout bounds each write to the API server; zero means 10 s.
 	WriteTimeout time.Duration
 	// AutoPool tunes the decisions (the default pool size).
-	AutoPool ipam.AutoPoolOptions
+	AutoPool subnet.Options
 	// Logger receives what the Runner does and what fails. Nil discards it.
 	Logger *slog.Logger
 }
@@ -107,7 +108,7 @@ func (o *Options) defaults() {
 
 // Runner runs SpiderSubnet on a live cluster: it follows the applications,
 // and creates, resizes and deletes their auto-pools as SpiderIPPool objects,
-// by the decisions of an ipam.SubnetManager (ipam.DecideAutoPools' rules).
+// by the decisions of a subnet.Manager (subnet.Decide's rules).
 // See the package documentation.
 //
 // A Runner is safe for concurrent use. Create one with New; the zero Runner
@@ -123,14 +124,14 @@ type Runner struct {
 	// replace m: so no write of an old manager lands after a new one has
 	// read the cluster.
 	mu         sync.RWMutex
-	m          *ipam.SubnetManager // nil when not leading
+	m          *subnet.Manager // nil when not leading
 	subnetUIDs map[string]types.UID
 
 	objMu   sync.Mutex
 	objects map[string]*unstructured.Unstructured // auto-pools as last written, by name
 
 	extMu    sync.Mutex
-	external map[string]ipam.Application // set by SetApplication, by UID
+	external map[string]subnet.Application // set by SetApplication, by UID
 
 	leading   sync.Mutex // held while lead runs
 	readyOnce sync.Once
@@ -169,7 +170,7 @@ func New(cfg *rest.Config, opts Options) (*Runner, error) {
 		return nil, fmt.Errorf("kubesubnet: %w", err)
 	}
 	return &Runner{opts: opts, dyn: dyn, kube: kube, meta: meta, log: opts.Logger,
-		objects: map[string]*unstructured.Unstructured{}, external: map[string]ipam.Application{}, ready: make(chan struct{})}, nil
+		objects: map[string]*unstructured.Unstructured{}, external: map[string]subnet.Application{}, ready: make(chan struct{})}, nil
 }
 
 // kindResource maps the kinds followed to their resources.
@@ -219,8 +220,8 @@ func (r *Runner) Run(ctx context.Context) error {
 func (r *Runner) Ready() <-chan struct{} { return r.ready }
 
 // Status returns every subnet's status, as this Runner's manager has it
-// (ipam.SubnetStatusOf); nil when it does not lead.
-func (r *Runner) Status() []ipam.SubnetStatus {
+// (subnet.StatusOf); nil when it does not lead.
+func (r *Runner) Status() []subnet.Status {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.m == nil {
@@ -231,7 +232,7 @@ func (r *Runner) Status() []ipam.SubnetStatus {
 
 // AutoPools returns every auto-pool, as this Runner's manager has it; nil
 // when it does not lead.
-func (r *Runner) AutoPools() []*ipam.AutoPool {
+func (r *Runner) AutoPools() []*subnet.AutoPool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.m == nil {
@@ -244,11 +245,11 @@ func (r *Runner) AutoPools() []*ipam.AutoPool {
 // (a third-party controller, such as an OpenKruise CloneSet, with its replica
 // count from its scale subresource, or a kind left out of Options.Kinds), and
 // applies it at once if this Runner leads: its decisions are returned, and
-// the error joins theirs (see ipam.SubnetManager.SetApplication). Call it on
+// the error joins theirs (see subnet.Manager.SetApplication). Call it on
 // every replica, for every change: the record outlives a change of leader and
 // is part of each reading of the cluster, so its pools are never taken for an
 // orphan's.
-func (r *Runner) SetApplication(ctx context.Context, app ipam.Application) ([]ipam.AutoPoolDecision, error) {
+func (r *Runner) SetApplication(ctx context.Context, app subnet.Application) ([]subnet.Decision, error) {
 	if err := app.Validate(); err != nil {
 		return nil, err
 	}
@@ -265,8 +266,8 @@ func (r *Runner) SetApplication(ctx context.Context, app ipam.Application) ([]ip
 
 // DeleteApplication forgets an application recorded with SetApplication
 // and, if this Runner leads, reclaims its pools at once
-// (ipam.SubnetManager.DeleteApplication).
-func (r *Runner) DeleteApplication(ctx context.Context, ref ipam.AppRef) ([]ipam.AutoPoolDecision, error) {
+// (subnet.Manager.DeleteApplication).
+func (r *Runner) DeleteApplication(ctx context.Context, ref ipam.AppRef) ([]subnet.Decision, error) {
 	r.extMu.Lock()
 	delete(r.external, ref.UID)
 	r.extMu.Unlock()
@@ -436,7 +437,7 @@ func (l *leader) clusterHandler(gvr schema.GroupVersionResource) cache.ResourceE
 			return
 		}
 		if gvr == IPPoolResource {
-			if _, auto := m.GetLabels()[ipam.LabelOwnerAppName]; auto {
+			if _, auto := m.GetLabels()[subnet.LabelOwnerAppName]; auto {
 				return
 			}
 		}
@@ -463,7 +464,7 @@ func (l *leader) work(ctx context.Context) bool {
 		err = l.rebuild(ctx)
 	case keySync:
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
-		err = l.withManager(func(m *ipam.SubnetManager) error {
+		err = l.withManager(func(m *subnet.Manager) error {
 			ds, err := m.Sync(octx)
 			l.logDecisions(ds)
 			return err
@@ -484,7 +485,7 @@ func (l *leader) work(ctx context.Context) bool {
 }
 
 // withManager runs f with the current manager, under the read lock.
-func (l *leader) withManager(f func(*ipam.SubnetManager) error) error {
+func (l *leader) withManager(f func(*subnet.Manager) error) error {
 	l.r.mu.RLock()
 	defer l.r.mu.RUnlock()
 	if l.r.m == nil {
@@ -493,12 +494,12 @@ func (l *leader) withManager(f func(*ipam.SubnetManager) error) error {
 	return f(l.r.m)
 }
 
-func (l *leader) logDecisions(ds []ipam.AutoPoolDecision) {
+func (l *leader) logDecisions(ds []subnet.Decision) {
 	for _, d := range ds {
 		switch d.Action {
-		case ipam.AutoPoolKeep, ipam.AutoPoolSkip:
+		case subnet.Keep, subnet.Skip:
 			continue
-		case ipam.AutoPoolFail, ipam.AutoPoolWait:
+		case subnet.Fail, subnet.Wait:
 			l.r.log.Warn("kubesubnet: "+d.String(), "pool", d.PoolName())
 		default:
 			l.r.log.Info("kubesubnet: "+d.String(), "pool", d.PoolName())
@@ -515,7 +516,7 @@ func (l *leader) app(ctx context.Context, key string) error {
 		return nil
 	}
 	obj, err := l.listers[kind].ByNamespace(ns).Get(name)
-	var app ipam.Application
+	var app subnet.Application
 	live := false
 	switch {
 	case apierrors.IsNotFound(err):
@@ -540,7 +541,7 @@ func (l *leader) app(ctx context.Context, key string) error {
 		delete(l.apps, key)
 	}
 	l.mu.Unlock()
-	return l.withManager(func(m *ipam.SubnetManager) error {
+	return l.withManager(func(m *subnet.Manager) error {
 		if had && (!live || was.UID != app.UID) {
 			ds, err := m.DeleteApplication(ctx, was)
 			l.logDecisions(ds)
@@ -565,7 +566,7 @@ func (l *leader) app(ctx context.Context, key string) error {
 
 // rebuild reads the subnets, pools and reserved addresses with consistent
 // lists, makes a new manager of them, and applies every application of the
-// informers' caches to it (ipam.SubnetManager.Resync), while no other
+// informers' caches to it (subnet.Manager.Resync), while no other
 // operation runs.
 func (l *leader) rebuild(ctx context.Context) error {
 	r := l.r
@@ -577,9 +578,9 @@ func (l *leader) rebuild(ctx context.Context) error {
 	lctx, cancel := context.WithTimeout(ctx, r.opts.WriteTimeout)
 	defer cancel()
 	var (
-		subnets  []*ipam.Subnet
+		subnets  []*subnet.Subnet
 		manual   []*ipam.Pool
-		auto     []*ipam.AutoPool
+		auto     []*subnet.AutoPool
 		reserved []*ipam.ReservedIP
 	)
 	uids := map[string]types.UID{}
@@ -596,7 +597,7 @@ func (l *leader) rebuild(ctx context.Context) error {
 		u := &list.Items[i]
 		s, err := Subnet(u)
 		if err == nil {
-			err = ipam.ValidateSubnets(append(slices.Clip(subnets), s), nil)
+			err = subnet.ValidateAll(append(slices.Clip(subnets), s), nil)
 		}
 		if err != nil {
 			r.log.Warn("kubesubnet: SpiderSubnet skipped", "name", u.GetName(), "err", err)
@@ -638,7 +639,7 @@ func (l *leader) rebuild(ctx context.Context) error {
 		}
 		reserved = append(reserved, res)
 	}
-	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{
+	m, err := subnet.NewManager(subnet.ManagerOptions{
 		Subnets: subnets, Pools: manual, AutoPools: auto, Reserved: reserved,
 		Claims: r.opts.Claims, AutoPool: r.opts.AutoPool, Logger: r.log, Apply: r.write,
 	})
@@ -650,7 +651,7 @@ func (l *leader) rebuild(ctx context.Context) error {
 	r.subnetUIDs = uids
 	r.objMu.Unlock()
 
-	var apps []ipam.Application
+	var apps []subnet.Application
 	keys := map[string]ipam.AppRef{}
 	for _, kind := range r.opts.Kinds {
 		objs, err := l.listers[kind].List(labels.Everything())
@@ -675,7 +676,7 @@ func (l *leader) rebuild(ctx context.Context) error {
 		apps = append(apps, app)
 	}
 	r.extMu.Unlock()
-	slices.SortFunc(apps, func(a, b ipam.Application) int { return compareApps(a.AppRef, b.AppRef) })
+	slices.SortFunc(apps, func(a, b subnet.Application) int { return compareApps(a.AppRef, b.AppRef) })
 	r.m = m
 	ds, err := m.Resync(ctx, apps)
 	l.logDecisions(ds)
@@ -704,15 +705,15 @@ func compareApps(a, b ipam.AppRef) int {
 	return 0
 }
 
-// write writes one decision as SpiderIPPool objects (ipam.SubnetManager's
+// write writes one decision as SpiderIPPool objects (subnet.Manager's
 // Apply), each call bounded by WriteTimeout.
-func (r *Runner) write(ctx context.Context, d *ipam.AutoPoolDecision) error {
+func (r *Runner) write(ctx context.Context, d *subnet.Decision) error {
 	ctx, cancel := context.WithTimeout(ctx, r.opts.WriteTimeout)
 	defer cancel()
 	pools := r.dyn.Resource(IPPoolResource)
 	name := d.PoolName()
 	switch d.Action {
-	case ipam.AutoPoolCreate:
+	case subnet.Create:
 		r.objMu.Lock()
 		uid := r.subnetUIDs[d.Subnet]
 		r.objMu.Unlock()
@@ -726,13 +727,13 @@ func (r *Runner) write(ctx context.Context, d *ipam.AutoPoolDecision) error {
 		}
 		r.remember(name, out)
 		return nil
-	case ipam.AutoPoolGrow, ipam.AutoPoolShrink, ipam.AutoPoolUpdate:
+	case subnet.Grow, subnet.Shrink, subnet.Update:
 		return r.update(ctx, d.Pool, func(cur, want *unstructured.Unstructured) {
 			cur.Object["spec"] = want.Object["spec"]
 			cur.SetLabels(want.GetLabels())
 			cur.SetAnnotations(want.GetAnnotations())
 		})
-	case ipam.AutoPoolTerminate:
+	case subnet.Terminate:
 		// The finalizer keeps the object, now with a deletionTimestamp:
 		// allocators see it terminating.
 		cur, err := r.object(ctx, name)
@@ -746,9 +747,9 @@ func (r *Runner) write(ctx context.Context, d *ipam.AutoPoolDecision) error {
 			return fmt.Errorf("deleting SpiderIPPool %q: %w", name, err)
 		}
 		return nil
-	case ipam.AutoPoolDelete:
+	case subnet.Delete:
 		err := r.update(ctx, d.Pool, func(cur, _ *unstructured.Unstructured) {
-			cur.SetFinalizers(slices.DeleteFunc(cur.GetFinalizers(), func(f string) bool { return f == ipam.AutoPoolFinalizer }))
+			cur.SetFinalizers(slices.DeleteFunc(cur.GetFinalizers(), func(f string) bool { return f == subnet.Finalizer }))
 		})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
@@ -766,7 +767,7 @@ func (r *Runner) write(ctx context.Context, d *ipam.AutoPoolDecision) error {
 // update changes the object of auto-pool a with change (given the object as
 // it is and as a would write it) and writes it at the resourceVersion it was
 // read at; on a conflict it reads the object again and tries once more.
-func (r *Runner) update(ctx context.Context, a *ipam.AutoPool, change func(cur, want *unstructured.Unstructured)) error {
+func (r *Runner) update(ctx context.Context, a *subnet.AutoPool, change func(cur, want *unstructured.Unstructured)) error {
 	name := a.Name()
 	r.objMu.Lock()
 	uid := r.subnetUIDs[a.Subnet]

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s/kubesubnet"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 // Spiderpool's figures for its issue #1375: 100 Deployments of 10 replicas
@@ -104,11 +105,11 @@ func BenchmarkRunnerAutoPools(b *testing.B) {
 
 // watchPools follows the SpiderIPPools of subnet and sends the time it first
 // sees want pools of size addresses each.
-func watchPools(b *testing.B, subnet string, size, want int) <-chan time.Time {
+func watchPools(b *testing.B, subnetName string, size, want int) <-chan time.Time {
 	b.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn(b), 0, metav1.NamespaceAll, func(o *metav1.ListOptions) {
-		o.LabelSelector = ipam.LabelOwnerSubnet + "=" + subnet
+		o.LabelSelector = subnet.LabelOwnerSubnet + "=" + subnetName
 	})
 	inf := f.ForResource(kubesubnet.IPPoolResource).Informer()
 	out := make(chan time.Time, 1)
@@ -162,11 +163,11 @@ func poolSize(p *ipam.Pool) int {
 
 // createApps creates n StatefulSets in namespace ns, 8 at a time, as a user
 // applying manifests would.
-func createApps(b *testing.B, ns, subnet string, n int, replicas int32) []ipam.AppRef {
+func createApps(b *testing.B, ns, subnetName string, n int, replicas int32) []ipam.AppRef {
 	b.Helper()
 	apps := make([]ipam.AppRef, n)
 	c := kube(b).AppsV1().StatefulSets(ns)
-	ann := subnetAnn(subnet, ipam.AnnotationIPNumber, "+1")
+	ann := subnetAnn(subnetName, subnet.AnnotationIPNumber, "+1")
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)

@@ -25,6 +25,7 @@ import (
 	"github.com/ipamkit/ipam/k8s/kubepools"
 	"github.com/ipamkit/ipam/k8s/kubestore"
 	"github.com/ipamkit/ipam/k8s/kubesubnet"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 func dyn(t testing.TB) dynamic.Interface {
@@ -73,7 +74,7 @@ func createSubnet(t testing.TB, name, cidr, ips, gateway string) {
 func deleteSubnet(t testing.TB, name string) {
 	ctx := context.Background()
 	pools := dyn(t).Resource(kubesubnet.IPPoolResource)
-	list, err := pools.List(ctx, metav1.ListOptions{LabelSelector: ipam.LabelOwnerSubnet + "=" + name})
+	list, err := pools.List(ctx, metav1.ListOptions{LabelSelector: subnet.LabelOwnerSubnet + "=" + name})
 	if err != nil {
 		t.Error(err)
 		return
@@ -336,3 +337,14 @@ func mustJSON(v any) string {
 
 // nsResource is the Namespaces resource, for locks kept on a namespace.
 var nsResource = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// spiderpoolName is the name Spiderpool gives the IPv4 auto-pool of app's
+// eth0: the first of subnet.AutoPoolNames.
+func spiderpoolName(t testing.TB, app ipam.AppRef) string {
+	t.Helper()
+	names, err := subnet.AutoPoolNames(4, app, "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names[0]
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s/kubesubnet"
 	"github.com/ipamkit/ipam/store"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 // TestRunnerLifecycle follows one application through its life on the real
@@ -39,27 +40,27 @@ func TestRunnerLifecycle(t *testing.T) {
 	require.Less(t, time.Since(start), 20*time.Second, "no waiting loop (20 s: a loaded machine)")
 
 	db := statefulSet(t, "life", "db", 2, subnetAnn("life-6"))
-	name, err := ipam.AutoPoolName(4, appOf(db), "eth0")
-	require.NoError(t, err)
+	name := spiderpoolName(t, appOf(db))
 	waitIPs(t, name, "10.60.168.101-10.60.168.103")
 
 	// The object is what Spiderpool's controller writes.
 	u, err := dyn(t).Resource(kubesubnet.IPPoolResource).Get(ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, map[string]string{
-		ipam.LabelOwnerSubnet: "life-6", ipam.LabelOwnerAppGV: "apps_v1", ipam.LabelOwnerAppKind: "StatefulSet",
-		ipam.LabelOwnerAppNamespace: "life", ipam.LabelOwnerAppName: "db", ipam.LabelOwnerAppUID: string(db.UID),
-		ipam.LabelInterface: "eth0", ipam.LabelIPVersion: "IPv4", ipam.LabelReclaim: "true", ipam.LabelCIDR: "10-60-0-0-16",
+		subnet.LabelOwnerSubnet: "life-6", subnet.LabelOwnerAppGV: "apps_v1", subnet.LabelOwnerAppKind: "StatefulSet",
+		subnet.LabelOwnerAppNamespace: "life", subnet.LabelOwnerAppName: "db", subnet.LabelOwnerAppUID: string(db.UID),
+		subnet.LabelInterface: "eth0", subnet.LabelIPVersion: "IPv4", subnet.LabelReclaim: "true", subnet.LabelCIDR: "10-60-0-0-16",
 	}, u.GetLabels())
-	require.Equal(t, map[string]string{ipam.AnnotationIPNumber: "+1"}, u.GetAnnotations())
-	require.Equal(t, []string{ipam.AutoPoolFinalizer}, u.GetFinalizers())
+	require.Equal(t, map[string]string{subnet.AnnotationIPNumber: "+1"}, u.GetAnnotations())
+	require.Equal(t, []string{subnet.Finalizer}, u.GetFinalizers())
 	require.Len(t, u.GetOwnerReferences(), 1)
 	require.Equal(t, "SpiderSubnet", u.GetOwnerReferences()[0].Kind)
 	require.Equal(t, "life-6", u.GetOwnerReferences()[0].Name)
 	gw, _, _ := unstructured.NestedString(u.Object, "spec", "gateway")
 	require.Equal(t, "10.60.0.1", gw)
 	aff, _, _ := unstructured.NestedStringMap(u.Object, "spec", "podAffinity", "matchLabels")
-	require.Equal(t, ipam.AppLabels(appOf(db)), aff)
+	require.Equal(t, map[string]string{ipam.LabelAppAPIGroup: "apps", ipam.LabelAppAPIVersion: "v1", ipam.LabelAppKind: "StatefulSet",
+		ipam.LabelAppNamespace: "life", ipam.LabelAppName: "db"}, aff)
 
 	// Its pods are served from it; another application's pod that names it
 	// is refused, as in Spiderpool.
@@ -122,15 +123,15 @@ func TestRunnerLifecycle(t *testing.T) {
 	checkDisjoint(t)
 }
 
-func statusOf(t testing.TB, r *kubesubnet.Runner, subnet string) ipam.SubnetStatus {
+func statusOf(t testing.TB, r *kubesubnet.Runner, name string) subnet.Status {
 	t.Helper()
 	for _, s := range r.Status() {
-		if s.Name == subnet {
+		if s.Name == name {
 			return s
 		}
 	}
-	t.Fatalf("no subnet %s in the runner's status", subnet)
-	return ipam.SubnetStatus{}
+	t.Fatalf("no subnet %s in the runner's status", name)
+	return subnet.Status{}
 }
 
 // TestRunnerBadInput: an application whose annotations ask for what cannot
@@ -145,11 +146,11 @@ func TestRunnerBadInput(t *testing.T) {
 		ann  map[string]string
 		want string
 	}{
-		{"bad-number", subnetAnn("bad-6", ipam.AnnotationIPNumber, "1+"), `annotation \"ipam.spidernet.io/ippool-ip-number\" \"1+\": invalid input`},
+		{"bad-number", subnetAnn("bad-6", subnet.AnnotationIPNumber, "1+"), `annotation \"ipam.spidernet.io/ippool-ip-number\" \"1+\": invalid input`},
 		{"unknown-subnet", subnetAnn("bad-x"), `ipv4[0] \"bad-x\": no SpiderSubnet of that name`},
 		{"two-interfaces", map[string]string{ipam.AnnotationSubnets: `[{"interface":"eth0","ipv4":["bad-6"]},{"interface":"net1","ipv4":["bad-6"]}]`},
 			`subnet used by two interfaces`},
-		{"too-big", subnetAnn("bad-6", ipam.AnnotationIPNumber, "11"), `a pool of 11 addresses cannot fit: the subnet has 10 in all`},
+		{"too-big", subnetAnn("bad-6", subnet.AnnotationIPNumber, "11"), `a pool of 11 addresses cannot fit: the subnet has 10 in all`},
 	} {
 		s := statefulSet(t, "bad", tc.name, 1, tc.ann)
 		eventually(t, tc.name+" refused in the log", func() (bool, string) {
@@ -159,7 +160,7 @@ func TestRunnerBadInput(t *testing.T) {
 			require.NotEqual(t, string(s.UID), a.App.UID, "no pool for %s", tc.name)
 		}
 	}
-	list, err := dyn(t).Resource(kubesubnet.IPPoolResource).List(ctx, metav1.ListOptions{LabelSelector: ipam.LabelOwnerSubnet + "=bad-6"})
+	list, err := dyn(t).Resource(kubesubnet.IPPoolResource).List(ctx, metav1.ListOptions{LabelSelector: subnet.LabelOwnerSubnet + "=bad-6"})
 	require.NoError(t, err)
 	require.Empty(t, list.Items, "nothing created")
 	require.Equal(t, int64(0), statusOf(t, r, "bad-6").AllocatedIPCount)
@@ -243,8 +244,8 @@ func TestRunnerRestart(t *testing.T) {
 	<-r1.Ready()
 	keep := statefulSet(t, "rst", "keep", 2, subnetAnn("rst-6"))
 	gone := statefulSet(t, "rst", "gone", 2, subnetAnn("rst-6"))
-	keepPool, _ := ipam.AutoPoolName(4, appOf(keep), "eth0")
-	gonePool, _ := ipam.AutoPoolName(4, appOf(gone), "eth0")
+	keepPool := spiderpoolName(t, appOf(keep))
+	gonePool := spiderpoolName(t, appOf(gone))
 	waitIPs(t, keepPool, "10.63.0.10-10.63.0.12")
 	waitIPs(t, gonePool, "10.63.0.13-10.63.0.15")
 	stop1()
@@ -271,14 +272,14 @@ func TestRunnerThirdParty(t *testing.T) {
 	createSubnet(t, "tp-6", "10.64.0.0/16", "10.64.0.10-10.64.0.50", "")
 	r, logs := startRunner(t, kubesubnet.Options{})
 	replicas := 3
-	clone := ipam.Application{
+	clone := subnet.Application{
 		AppRef:      ipam.AppRef{APIVersion: "apps.kruise.io/v1alpha1", Kind: "CloneSet", Namespace: "tp", Name: "front", UID: "7c10e000-0000-4000-8000-c10e5e700001"},
-		Annotations: subnetAnn("tp-6", ipam.AnnotationIPNumber, "+2"),
+		Annotations: subnetAnn("tp-6", subnet.AnnotationIPNumber, "+2"),
 		Replicas:    &replicas,
 	}
 	ds, err := r.SetApplication(ctx, clone)
 	require.NoError(t, err)
-	require.Equal(t, ipam.AutoPoolCreate, ds[0].Action)
+	require.Equal(t, subnet.Create, ds[0].Action)
 	name := ds[0].PoolName()
 	waitIPs(t, name, "10.64.0.10-10.64.0.14")
 
@@ -286,7 +287,7 @@ func TestRunnerThirdParty(t *testing.T) {
 	// CloneSet's pool is not taken for an orphan.
 	manual := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "spiderpool.spidernet.io/v2beta1", "kind": "SpiderIPPool",
-		"metadata": map[string]any{"name": "tp-manual", "labels": map[string]any{ipam.LabelOwnerSubnet: "tp-6"}},
+		"metadata": map[string]any{"name": "tp-manual", "labels": map[string]any{subnet.LabelOwnerSubnet: "tp-6"}},
 		"spec":     map[string]any{"ipVersion": int64(4), "subnet": "10.64.0.0/16", "ips": []any{"10.64.0.40-10.64.0.41"}},
 	}}
 	_, err = dyn(t).Resource(kubesubnet.IPPoolResource).Create(ctx, manual, metav1.CreateOptions{})
@@ -318,19 +319,19 @@ func TestRunnerNameCollision(t *testing.T) {
 	r, _ := startRunner(t, kubesubnet.Options{})
 	a := startAgent(t)
 	replicas := 1
-	app := func(ns, uid string) ipam.Application {
-		return ipam.Application{
+	app := func(ns, uid string) subnet.Application {
+		return subnet.Application{
 			AppRef:      ipam.AppRef{APIVersion: "apps.kruise.io/v1alpha1", Kind: "CloneSet", Namespace: ns, Name: "front", UID: uid},
-			Annotations: subnetAnn("clash-6", ipam.AnnotationIPNumber, "2"),
+			Annotations: subnetAnn("clash-6", subnet.AnnotationIPNumber, "2"),
 			Replicas:    &replicas,
 		}
 	}
-	apps := []ipam.Application{app("clash-a", "11111111-1111-4111-8111-abcde0000001"), app("clash-b", "22222222-2222-4222-8222-abcde0000002")}
+	apps := []subnet.Application{app("clash-a", "11111111-1111-4111-8111-abcde0000001"), app("clash-b", "22222222-2222-4222-8222-abcde0000002")}
 	var names []string
 	for _, x := range apps {
 		ds, err := r.SetApplication(ctx, x)
 		require.NoError(t, err)
-		require.Equal(t, ipam.AutoPoolCreate, ds[0].Action)
+		require.Equal(t, subnet.Create, ds[0].Action)
 		names = append(names, ds[0].PoolName())
 	}
 	require.Equal(t, []string{"auto4-front-eth0-abcde", "auto4-front-eth0-abcde0000002"}, names)

@@ -1,4 +1,4 @@
-package ipam_test
+package subnet_test
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 // FuzzParseIPNumber: no panic; errors are *AnnotationErrors of
@@ -17,18 +18,18 @@ func FuzzParseIPNumber(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		n, err := ipam.ParseIPNumber(s)
+		n, err := subnet.ParseIPNumber(s)
 		if err != nil {
 			var ae *ipam.AnnotationError
-			if !errors.As(err, &ae) || ae.Key != ipam.AnnotationIPNumber || !errors.Is(err, ipam.ErrInvalid) {
-				t.Fatalf("%q: error %v is not an AnnotationError of %s wrapping ErrInvalid", s, err, ipam.AnnotationIPNumber)
+			if !errors.As(err, &ae) || ae.Key != subnet.AnnotationIPNumber || !errors.Is(err, ipam.ErrInvalid) {
+				t.Fatalf("%q: error %v is not an AnnotationError of %s wrapping ErrInvalid", s, err, subnet.AnnotationIPNumber)
 			}
 			return
 		}
 		if n.N < 0 {
 			t.Fatalf("accepted %q as %d", s, n.N)
 		}
-		back, err := ipam.ParseIPNumber(n.String())
+		back, err := subnet.ParseIPNumber(n.String())
 		if err != nil || back != n {
 			t.Fatalf("%q: %v writes back as %q, which parses as %v, %v", s, n, n.String(), back, err)
 		}
@@ -49,7 +50,7 @@ func FuzzParseSubnet(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := ipam.ParseSubnet(data)
+		s, err := subnet.Parse(data)
 		if err != nil {
 			if !errors.Is(err, ipam.ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)
@@ -63,7 +64,7 @@ func FuzzParseSubnet(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := ipam.ParseSubnet(b)
+		back, err := subnet.Parse(b)
 		if err != nil {
 			t.Fatalf("%s does not parse back: %v", b, err)
 		}
@@ -74,39 +75,39 @@ func FuzzParseSubnet(f *testing.F) {
 	})
 }
 
-// FuzzDecideAutoPools: whatever the annotations and counts, the decisions
+// FuzzDecide: whatever the annotations and counts, the decisions
 // never panic, every failure says why, and the pools created are disjoint,
 // inside the subnet, and of distinct names (a third application has the
 // first one's name and five UID characters, in another namespace).
-func FuzzDecideAutoPools(f *testing.F) {
+func FuzzDecide(f *testing.F) {
 	f.Add(`{"ipv4":["subnet-6"]}`, "", "+1", "", 2, "Deployment")
 	f.Add("", `[{"interface":"eth0","ipv4":["subnet-6"]},{"interface":"net1","ipv4":["subnet-7"]}]`, "3", "false", 1, "StatefulSet")
 	f.Add(`{"ipv4":["subnet-6"],"ipv6":["x"]}`, "", "++1", "maybe", 40, "apps.kruise.io/v1alpha1/CloneSet")
 	f.Add(`{"ipv4":["subnet-7"]}`, "", "+0", "true", 0, "DaemonSet")
 	f.Add("", `[{"interface":"net1","ipv4":["subnet-6"]},{"interface":"NET1","ipv4":["subnet-7"]}]`, "1", "", 1, "Deployment")
-	f.Fuzz(func(t *testing.T, subnet, subnets, number, reclaim string, replicas int, kind string) {
+	f.Fuzz(func(t *testing.T, single, subnets, number, reclaim string, replicas int, kind string) {
 		ann := map[string]string{}
-		for k, v := range map[string]string{ipam.AnnotationSubnet: subnet, ipam.AnnotationSubnets: subnets, ipam.AnnotationIPNumber: number, ipam.AnnotationReclaim: reclaim} {
+		for k, v := range map[string]string{ipam.AnnotationSubnet: single, ipam.AnnotationSubnets: subnets, subnet.AnnotationIPNumber: number, subnet.AnnotationReclaim: reclaim} {
 			if v != "" {
 				ann[k] = v
 			}
 		}
 		replicas %= 1000
-		twin := ssApp("Deployment", "a", "u-c-a5bd3c", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-7"]}`, ipam.AnnotationIPNumber, "1"))
+		twin := ssApp("Deployment", "a", "u-c-a5bd3c", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-7"]}`, subnet.AnnotationIPNumber, "1"))
 		twin.Namespace = "other"
-		apps := []ipam.Application{ssApp(kind, "a", "u-a-a5bd3", replicas, ann), ssApp("Deployment", "b", "u-b-b0b0b", 3, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`)), twin}
-		snap, err := ipam.NewAutoPoolSnapshot([]*ipam.Subnet{ssSubnet6(), ssSubnet7()}, nil, nil, nil, nil)
+		apps := []subnet.Application{ssApp(kind, "a", "u-a-a5bd3", replicas, ann), ssApp("Deployment", "b", "u-b-b0b0b", 3, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`)), twin}
+		snap, err := subnet.NewSnapshot([]*subnet.Subnet{ssSubnet6(), ssSubnet7()}, nil, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var created []*ipam.AutoPool
-		for _, d := range ipam.DecideAutoPools(apps, snap, ipam.AutoPoolOptions{}) {
+		var created []*subnet.AutoPool
+		for _, d := range subnet.Decide(apps, snap, subnet.Options{}) {
 			switch d.Action {
-			case ipam.AutoPoolFail, ipam.AutoPoolWait:
+			case subnet.Fail, subnet.Wait:
 				if d.Err == nil || d.Message == "" {
 					t.Fatalf("%s without a reason", d.Action)
 				}
-			case ipam.AutoPoolCreate:
+			case subnet.Create:
 				created = append(created, d.Pool)
 			}
 		}

@@ -1,4 +1,4 @@
-package ipam
+package subnet
 
 import (
 	"crypto/sha256"
@@ -11,13 +11,17 @@ import (
 	"strings"
 
 	"go4.org/netipx"
+
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/internal/k8slabel"
+	"github.com/ipamkit/ipam/internal/u128"
 )
 
 // This file holds what SpiderSubnet's auto-created pools are made of: the
 // applications that ask for them (AppRef, Application), the annotations they
-// ask with (AutoPoolConfig, IPNumber), and the pools themselves (AutoPool),
+// ask with (Config, IPNumber), and the pools themselves (AutoPool),
 // with the names, labels and pod affinity Spiderpool gives them. What to do
-// about them is decided in autopool_decide.go.
+// about them is decided in decide.go.
 
 // Annotation keys of SpiderSubnet, read on an application's pod template.
 const (
@@ -44,96 +48,13 @@ const (
 	LabelCIDR              = "ipam.spidernet.io/ippool-cidr"
 )
 
-// The keys of an auto-pool's podAffinity.matchLabels. Spiderpool matches them
-// against the pod's top controller (its application), not the pod's labels.
-const (
-	LabelAppAPIGroup   = "ipam.spidernet.io/app-api-group"
-	LabelAppAPIVersion = "ipam.spidernet.io/app-api-version"
-	LabelAppKind       = "ipam.spidernet.io/app-kind"
-	LabelAppNamespace  = "ipam.spidernet.io/app-namespace"
-	LabelAppName       = "ipam.spidernet.io/app-name"
-)
-
-// AutoPoolFinalizer is the finalizer Spiderpool puts on every pool, so that a
+// Finalizer is the finalizer Spiderpool puts on every pool, so that a
 // pool is deleted only once no pod holds an address of it.
-const AutoPoolFinalizer = "spiderpool.spidernet.io"
-
-// AppRef names an application: the top controller of a pod, such as the
-// Deployment above a pod's ReplicaSet, or the CronJob above its Job.
-//
-// The zero AppRef names nothing: a pod without a controller. It is a plain
-// value, safe to copy and to compare.
-type AppRef struct {
-	// APIVersion is "group/version", or "version" for the core group:
-	// "apps/v1", "batch/v1", "apps.kruise.io/v1alpha1".
-	APIVersion string
-	Kind       string
-	Namespace  string
-	Name       string
-	UID        string
-}
-
-// IsZero reports whether r names no application.
-func (r AppRef) IsZero() bool { return r == AppRef{} }
-
-// Group returns the API group, "" for the core group.
-func (r AppRef) Group() string {
-	g, _, ok := strings.Cut(r.APIVersion, "/")
-	if !ok {
-		return ""
-	}
-	return g
-}
-
-// Version returns the API version without its group.
-func (r AppRef) Version() string {
-	if _, v, ok := strings.Cut(r.APIVersion, "/"); ok {
-		return v
-	}
-	return r.APIVersion
-}
-
-// String returns, for example, "Deployment default/test-app-1".
-func (r AppRef) String() string {
-	if r.IsZero() {
-		return "no application"
-	}
-	return r.Kind + " " + r.Namespace + "/" + r.Name
-}
-
-// IsNative reports whether r is one of the Kubernetes controllers whose pod
-// count SpiderSubnet follows: a Deployment, ReplicaSet, StatefulSet or
-// DaemonSet of apps/v1, or a Job or CronJob of batch/v1. Any other kind is a
-// third-party controller.
-func (r AppRef) IsNative() bool {
-	switch r.APIVersion {
-	case "apps/v1":
-		switch r.Kind {
-		case "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet":
-			return true
-		}
-	case "batch/v1":
-		return r.Kind == "Job" || r.Kind == "CronJob"
-	}
-	return false
-}
-
-// StatusName returns the name Spiderpool gives r in a subnet's
-// status.controlledIPPools (ControlledIPs.Application):
-// "<group>_<version>_<Kind>_<namespace>_<name>", such as
-// "apps_v1_Deployment_default_web", without the group part for the core
-// group.
-func (r AppRef) StatusName() string {
-	parts := []string{r.Version(), r.Kind, r.Namespace, r.Name}
-	if g := r.Group(); g != "" {
-		parts = append([]string{g}, parts...)
-	}
-	return strings.Join(parts, "_")
-}
+const Finalizer = "spiderpool.spidernet.io"
 
 // gvLabel returns the value of LabelOwnerAppGV: "apps_v1", or "v1" for the
 // core group.
-func (r AppRef) gvLabel() string {
+func gvLabel(r ipam.AppRef) string {
 	if g := r.Group(); g != "" {
 		return g + "_" + r.Version()
 	}
@@ -141,7 +62,7 @@ func (r AppRef) gvLabel() string {
 }
 
 // validate checks that r names an application: every field set.
-func (r AppRef) validate(fe *fieldErrors) {
+func validateApp(r ipam.AppRef, fe *fieldErrors) {
 	for _, f := range [...]struct{ name, v string }{
 		{"apiVersion", r.APIVersion}, {"kind", r.Kind}, {"namespace", r.Namespace}, {"name", r.Name}, {"uid", r.UID},
 	} {
@@ -160,11 +81,11 @@ func (r AppRef) validate(fe *fieldErrors) {
 		if f.v == "" {
 			continue
 		}
-		v := labelValue(f.v)
+		v := k8slabel.Value(f.v)
 		if f.name == "uid" {
 			v = f.v // written as it is, and looked up by
 		}
-		if p := labelValueProblem(v); p != "" {
+		if p := k8slabel.ValueProblem(v); p != "" {
 			v = f.v
 			if f.name == "apiVersion" {
 				v = r.APIVersion
@@ -174,30 +95,18 @@ func (r AppRef) validate(fe *fieldErrors) {
 	}
 }
 
-// AppLabels returns the labels an auto-pool's podAffinity matches against
+// appLabels returns the labels an auto-pool's podAffinity matches against
 // the application of a pod: LabelAppAPIGroup, LabelAppAPIVersion,
 // LabelAppKind, LabelAppNamespace and LabelAppName. Values longer than a
-// label value may be (63 characters) are shortened as labelValue does.
-func AppLabels(r AppRef) map[string]string {
+// label value may be (63 characters) are shortened as k8slabel.Value does.
+func appLabels(r ipam.AppRef) map[string]string {
 	return map[string]string{
-		LabelAppAPIGroup:   labelValue(r.Group()),
-		LabelAppAPIVersion: labelValue(r.Version()),
-		LabelAppKind:       labelValue(r.Kind),
-		LabelAppNamespace:  labelValue(r.Namespace),
-		LabelAppName:       labelValue(r.Name),
+		ipam.LabelAppAPIGroup:   k8slabel.Value(r.Group()),
+		ipam.LabelAppAPIVersion: k8slabel.Value(r.Version()),
+		ipam.LabelAppKind:       k8slabel.Value(r.Kind),
+		ipam.LabelAppNamespace:  k8slabel.Value(r.Namespace),
+		ipam.LabelAppName:       k8slabel.Value(r.Name),
 	}
-}
-
-// labelValue returns v if it fits in a label value (63 characters), else its
-// first 57 characters, "-" and five hexadecimal digits of its SHA-256, which
-// keeps distinct long values distinct. Spiderpool writes long values as they
-// are, which the API server refuses.
-func labelValue(v string) string {
-	if len(v) <= labelNameMaxLen {
-		return v
-	}
-	sum := sha256.Sum256([]byte(v))
-	return v[:labelNameMaxLen-6] + "-" + hex.EncodeToString(sum[:])[:5]
 }
 
 // Application is an application whose pods may ask for auto-pools: its
@@ -207,7 +116,7 @@ func labelValue(v string) string {
 // The zero Application is invalid. It is a plain value; Annotations is read,
 // never written.
 type Application struct {
-	AppRef
+	ipam.AppRef
 	// Annotations are the pod template's annotations: the subnet
 	// annotations, AnnotationIPNumber and AnnotationReclaim.
 	Annotations map[string]string
@@ -234,7 +143,7 @@ type Application struct {
 //   - Job, CronJob: Completions if set, else Parallelism if set, else 1; a
 //     set 0 counts as 1;
 //   - a third-party controller: Replicas if set, else unknown (Spiderpool
-//     counts 0, see DecideAutoPools).
+//     counts 0, see Decide).
 func (a *Application) PodCount() (n int, known bool) {
 	if !a.IsNative() {
 		if a.Replicas == nil {
@@ -262,13 +171,13 @@ func (a *Application) PodCount() (n int, known bool) {
 
 // Validate checks that the application is named (every field of AppRef set)
 // and that its counts are not negative. Its annotations are checked by
-// ParseAutoPoolConfig.
+// ParseConfig.
 func (a *Application) Validate() error {
 	fe := &fieldErrors{object: "application"}
 	if a.Kind != "" && a.Name != "" {
 		fe.object = "application " + a.AppRef.String()
 	}
-	a.validate(fe)
+	validateApp(a.AppRef, fe)
 	for _, c := range [...]struct {
 		field string
 		v     *int
@@ -300,8 +209,8 @@ const maxIPNumber = 1 << 24
 // invalid input, "-1" is below 0.
 func ParseIPNumber(s string) (IPNumber, error) {
 	fail := func(reason string) (IPNumber, error) {
-		a := annotationParser{key: AnnotationIPNumber, value: s}
-		return IPNumber{}, a.newError(reason, ErrInvalid)
+		a := annotation{key: AnnotationIPNumber, value: s}
+		return IPNumber{}, a.newError(reason, ipam.ErrInvalid)
 	}
 	var n IPNumber
 	digits := s
@@ -351,18 +260,18 @@ func (n IPNumber) Size(podCount int) int {
 	return n.N
 }
 
-// AutoPoolConfig is what an application's pod template annotations ask of
+// Config is what an application's pod template annotations ask of
 // SpiderSubnet.
 //
-// The zero AutoPoolConfig asks for nothing. It is a plain value.
-type AutoPoolConfig struct {
+// The zero Config asks for nothing. It is a plain value.
+type Config struct {
 	// Key is the annotation the subnets come from: AnnotationSubnets, which
 	// wins, or AnnotationSubnet.
 	Key string
 	// Subnets lists, per interface, the subnet of each family (the first
 	// name of each, as Spiderpool uses). The single form's interface
 	// defaults to "eth0".
-	Subnets []SubnetAnnotation
+	Subnets []ipam.SubnetAnnotation
 	// IPNumber is the value of AnnotationIPNumber, when HasIPNumber.
 	IPNumber    IPNumber
 	HasIPNumber bool
@@ -370,7 +279,7 @@ type AutoPoolConfig struct {
 	Reclaim bool
 }
 
-// ParseAutoPoolConfig reads the SpiderSubnet annotations of a pod template.
+// ParseConfig reads the SpiderSubnet annotations of a pod template.
 // It reports whether the template asks for auto-pools (it has
 // AnnotationSubnets or AnnotationSubnet) and returns every problem at once:
 // the subnet annotations' (see ParseSubnetsAnnotation and
@@ -378,19 +287,19 @@ type AutoPoolConfig struct {
 // an AnnotationReclaim that is not a boolean (strconv.ParseBool's forms).
 // Errors are *AnnotationError values, joined when there are several, that
 // unwrap to ErrInvalid.
-func ParseAutoPoolConfig(annotations map[string]string) (cfg AutoPoolConfig, ok bool, err error) {
+func ParseConfig(annotations map[string]string) (cfg Config, ok bool, err error) {
 	var errs []error
-	if v, has := annotations[AnnotationSubnets]; has {
-		cfg.Key = AnnotationSubnets
-		cfg.Subnets, err = ParseSubnetsAnnotation(v)
-	} else if v, has := annotations[AnnotationSubnet]; has {
-		cfg.Key = AnnotationSubnet
-		var a SubnetAnnotation
-		if a, err = ParseSubnetAnnotation(v); err == nil {
-			cfg.Subnets = []SubnetAnnotation{a}
+	if v, has := annotations[ipam.AnnotationSubnets]; has {
+		cfg.Key = ipam.AnnotationSubnets
+		cfg.Subnets, err = ipam.ParseSubnetsAnnotation(v)
+	} else if v, has := annotations[ipam.AnnotationSubnet]; has {
+		cfg.Key = ipam.AnnotationSubnet
+		var a ipam.SubnetAnnotation
+		if a, err = ipam.ParseSubnetAnnotation(v); err == nil {
+			cfg.Subnets = []ipam.SubnetAnnotation{a}
 		}
 	} else {
-		return AutoPoolConfig{}, false, nil
+		return Config{}, false, nil
 	}
 	if err != nil {
 		errs = append(errs, err)
@@ -405,13 +314,13 @@ func ParseAutoPoolConfig(annotations map[string]string) (cfg AutoPoolConfig, ok 
 	if v, has := annotations[AnnotationReclaim]; has {
 		b, perr := strconv.ParseBool(v)
 		if perr != nil {
-			a := annotationParser{key: AnnotationReclaim, value: v}
-			errs = append(errs, a.newError(`invalid input: want "true" or "false"`, ErrInvalid))
+			a := annotation{key: AnnotationReclaim, value: v}
+			errs = append(errs, a.newError(`invalid input: want "true" or "false"`, ipam.ErrInvalid))
 		}
 		cfg.Reclaim = b || perr != nil
 	}
 	if len(errs) > 0 {
-		return AutoPoolConfig{}, true, joinErrors(errs)
+		return Config{}, true, joinErrors(errs)
 	}
 	return cfg, true, nil
 }
@@ -426,20 +335,20 @@ func joinErrors(errs []error) error {
 
 // AutoPool is a pool SpiderSubnet created for one interface and IP family of
 // an application: the SpiderIPPool spec (Pool) and what Spiderpool writes in
-// its metadata (see Labels, Annotations, AutoPoolFinalizer, and a controller
+// its metadata (see Labels, Annotations, Finalizer, and a controller
 // owner reference to the SpiderSubnet named Subnet).
 //
-// The zero AutoPool is not useful; DecideAutoPools builds them and
+// The zero AutoPool is not useful; Decide builds them and
 // ParseAutoPool reads them back. Treat an AutoPool as immutable once shared.
 type AutoPool struct {
 	// Pool is the spec: name, ipVersion, subnet (the CIDR), ips, gateway and
-	// routes copied from the subnet, and podAffinity matching AppLabels of
-	// the application.
-	Pool *Pool
+	// routes copied from the subnet, and a podAffinity whose matchLabels
+	// are the application's five ipam.LabelApp* keys (see ipam.IsAutoPool).
+	Pool *ipam.Pool
 	// Subnet names the SpiderSubnet the addresses come from.
 	Subnet string
 	// App is the application the pool serves.
-	App AppRef
+	App ipam.AppRef
 	// Interface is the pod interface the pool serves, such as "eth0".
 	Interface string
 	// Reclaim says whether the pool goes with its application.
@@ -460,18 +369,18 @@ func (a *AutoPool) Family() int { return a.Pool.Family() }
 func (a *AutoPool) Size() int { return clampInt(a.count()) }
 
 // count returns the number of the pool's addresses (see setCount).
-func (a *AutoPool) count() u128 { return setCount(a.Pool.usable(nil)) }
+func (a *AutoPool) count() u128.U128 { return setCount(a.Pool.Addresses()) }
 
 // Labels returns the labels Spiderpool puts on an auto-pool.
 func (a *AutoPool) Labels() map[string]string {
 	return map[string]string{
 		LabelOwnerSubnet:       a.Subnet,
-		LabelOwnerAppGV:        labelValue(a.App.gvLabel()),
-		LabelOwnerAppKind:      labelValue(a.App.Kind),
-		LabelOwnerAppNamespace: labelValue(a.App.Namespace),
-		LabelOwnerAppName:      labelValue(a.App.Name),
+		LabelOwnerAppGV:        k8slabel.Value(gvLabel(a.App)),
+		LabelOwnerAppKind:      k8slabel.Value(a.App.Kind),
+		LabelOwnerAppNamespace: k8slabel.Value(a.App.Namespace),
+		LabelOwnerAppName:      k8slabel.Value(a.App.Name),
 		LabelOwnerAppUID:       a.App.UID,
-		LabelInterface:         labelValue(a.Interface),
+		LabelInterface:         k8slabel.Value(a.Interface),
 		LabelIPVersion:         "IPv" + strconv.Itoa(a.Family()),
 		LabelReclaim:           strconv.FormatBool(a.Reclaim),
 		LabelCIDR:              cidrLabel(a.Pool.Subnet),
@@ -488,14 +397,15 @@ func (a *AutoPool) Annotations() map[string]string {
 // and annotations. It reports whether the pool is an auto-pool (it has the
 // label LabelOwnerAppName, Spiderpool's test) and returns every problem with
 // the labels and annotations at once. An application name longer than 63
-// characters comes back shortened (see AppLabels).
-func ParseAutoPool(p *Pool, labels, annotations map[string]string) (*AutoPool, bool, error) {
+// characters comes back shortened, as the pool's labels write it (its first
+// 57 characters, "-" and five hexadecimal digits of its SHA-256).
+func ParseAutoPool(p *ipam.Pool, labels, annotations map[string]string) (*AutoPool, bool, error) {
 	if _, ok := labels[LabelOwnerAppName]; !ok || p == nil {
 		return nil, false, nil
 	}
-	fe := &fieldErrors{object: p.object()}
+	fe := &fieldErrors{object: poolObject(p)}
 	a := &AutoPool{Pool: p, Subnet: labels[LabelOwnerSubnet], Interface: labels[LabelInterface], Reclaim: true}
-	a.App = AppRef{Kind: labels[LabelOwnerAppKind], Namespace: labels[LabelOwnerAppNamespace],
+	a.App = ipam.AppRef{Kind: labels[LabelOwnerAppKind], Namespace: labels[LabelOwnerAppNamespace],
 		Name: labels[LabelOwnerAppName], UID: labels[LabelOwnerAppUID]}
 	gv := labels[LabelOwnerAppGV]
 	if g, v, ok := strings.Cut(gv, "_"); ok {
@@ -521,7 +431,7 @@ func ParseAutoPool(p *Pool, labels, annotations map[string]string) (*AutoPool, b
 	if v, ok := annotations[AnnotationIPNumber]; ok {
 		n, err := ParseIPNumber(v)
 		if err != nil {
-			fe.add("metadata.annotations."+AnnotationIPNumber, v, "%s", err.(*AnnotationError).Reason)
+			fe.add("metadata.annotations."+AnnotationIPNumber, v, "%s", err.(*ipam.AnnotationError).Reason)
 		}
 		a.IPNumber = n
 	} else {
@@ -540,10 +450,10 @@ func ParseAutoPool(p *Pool, labels, annotations map[string]string) (*AutoPool, b
 // returns every problem at once.
 func ValidateAutoPoolUpdate(old, new *AutoPool) error {
 	if old == nil || new == nil || old.Pool == nil || new.Pool == nil {
-		return &FieldError{Object: "auto-pool", Field: "(pool)", Reason: "nil pool"}
+		return &ipam.FieldError{Object: "auto-pool", Field: "(pool)", Reason: "nil pool"}
 	}
-	fe := &fieldErrors{object: new.Pool.object()}
-	was, now := old.Pool.usable(nil), new.Pool.usable(nil)
+	fe := &fieldErrors{object: poolObject(new.Pool)}
+	was, now := old.Pool.Addresses(), new.Pool.Addresses()
 	if !slices.Equal(was.Ranges(), now.Ranges()) {
 		fe.add("ips", strings.Join(formatIPRanges(now.Ranges()), ","),
 			"the addresses of an auto-created pool are SpiderSubnet's to set: want %s", strings.Join(formatIPRanges(was.Ranges()), ","))
@@ -560,91 +470,33 @@ func ValidateAutoPoolUpdate(old, new *AutoPool) error {
 }
 
 // autoPoolAffinity returns the podAffinity of an auto-pool of app.
-func autoPoolAffinity(app AppRef) *LabelSelector {
-	return &LabelSelector{MatchLabels: AppLabels(app)}
-}
-
-// IsAutoPool reports whether p is a pool SpiderSubnet created for an
-// application, as the filters recognise one: its podAffinity's matchLabels
-// has all five application keys (LabelAppAPIGroup, LabelAppAPIVersion,
-// LabelAppKind, LabelAppNamespace and LabelAppName). Such a pool serves only
-// the pods whose Request.App matches those five values (see Subject.Check).
-//
-// Spiderpool tells an auto-pool by its object label LabelOwnerAppName, which
-// a Pool does not carry. Its webhook keeps an auto-pool's podAffinity to
-// exactly those five keys, and no pool of its making has them otherwise, so
-// both tests pick the same pools among Spiderpool's. A pool written by hand
-// with the five keys counts as auto-created here, where Spiderpool would
-// match its podAffinity against the pod's labels.
-func IsAutoPool(p *Pool) bool {
-	if p == nil || p.PodAffinity == nil {
-		return false
-	}
-	m := p.PodAffinity.MatchLabels
-	for _, k := range [...]string{LabelAppAPIGroup, LabelAppAPIVersion, LabelAppKind, LabelAppNamespace, LabelAppName} {
-		if _, ok := m[k]; !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// admitsApp reports whether the podAffinity sel of an auto-pool admits the
-// pods of app, as Spiderpool matches it: each of the five application keys
-// of matchLabels holds app's value (as AppLabels writes it); other keys and
-// matchExpressions are not looked at. The zero AppRef is admitted by none.
-// It does not allocate unless a value is longer than a label value.
-func admitsApp(sel *LabelSelector, app AppRef) bool {
-	if app.IsZero() {
-		return false
-	}
-	m := sel.MatchLabels
-	return m[LabelAppName] == labelValue(app.Name) && m[LabelAppNamespace] == labelValue(app.Namespace) &&
-		m[LabelAppKind] == labelValue(app.Kind) && m[LabelAppAPIVersion] == labelValue(app.Version()) &&
-		m[LabelAppAPIGroup] == labelValue(app.Group())
-}
-
-// affinityApp names the application the podAffinity sel of an auto-pool
-// admits, such as "Deployment default/web (apps/v1)".
-func affinityApp(sel *LabelSelector) string {
-	m := sel.MatchLabels
-	gv := m[LabelAppAPIVersion]
-	if g := m[LabelAppAPIGroup]; g != "" {
-		gv = g + "/" + gv
-	}
-	return m[LabelAppKind] + " " + m[LabelAppNamespace] + "/" + m[LabelAppName] + " (" + gv + ")"
-}
-
-// AutoPoolName returns the name of the auto-pool of an application's
-// interface and IP family, as Spiderpool names it:
-// "auto<family>-<application name>-<interface>-<uid5>", lower-cased, where
-// uid5 is the first five characters of the last dash-separated block of the
-// application's UID, so that applications of different kinds with one name
-// get different pools. The application name is cut so that the whole name
-// has at most 253 characters (Spiderpool's cut leaves 254, which the API
-// server refuses), and dots and dashes at the cut are dropped, so that the
-// name stays a DNS subdomain. It is an error if the result is not one (an
-// interface name with characters a pool name cannot hold, say).
-//
-// The decisions use this name unless another pool has it (two
-// applications whose UIDs share those five characters, such as two
-// Deployments "web" in two namespaces): see AutoPoolNames.
-func AutoPoolName(family int, app AppRef, iface string) (string, error) {
-	return autoPoolName(family, app, iface, uidTail(app.UID, 5))
+func autoPoolAffinity(app ipam.AppRef) *ipam.LabelSelector {
+	return &ipam.LabelSelector{MatchLabels: appLabels(app)}
 }
 
 // AutoPoolNames returns the names the decisions try, in order, for a new
-// auto-pool of an application's interface and IP family: AutoPoolName
-// (Spiderpool's), then the same with the whole last block of the UID
-// instead of its first five characters (for a UUID, twelve), then with
-// sixteen hexadecimal digits of the SHA-256 of the whole UID, which tells
-// distinct UIDs apart but for a hash collision. A new pool takes the first
-// name no pool has and no other decision of the same call takes; Spiderpool
-// has only the first, and its second application waits forever. Pools are
-// found by their labels (the application's UID), never by their name, so a
-// longer name serves as well.
-func AutoPoolNames(family int, app AppRef, iface string) ([]string, error) {
-	first, err := AutoPoolName(family, app, iface)
+// auto-pool of an application's interface and IP family. The first is
+// Spiderpool's: "auto<family>-<application name>-<interface>-<uid5>",
+// lower-cased, where uid5 is the first five characters of the last
+// dash-separated block of the application's UID, so that applications of
+// different kinds with one name get different pools. The application name is
+// cut so that the whole name has at most 253 characters (Spiderpool's cut
+// leaves 254, which the API server refuses), and dots and dashes at the cut
+// are dropped, so that the name stays a DNS subdomain. It is an error if the
+// result is not one (an interface name with characters a pool name cannot
+// hold, say).
+//
+// Then come the same with the whole last block of the UID instead of its
+// first five characters (for a UUID, twelve), and with sixteen hexadecimal
+// digits of the SHA-256 of the whole UID, which tells distinct UIDs apart
+// but for a hash collision: two applications whose UIDs share those five
+// characters, such as two Deployments "web" in two namespaces, both get a
+// pool. A new pool takes the first name no pool has and no other decision
+// of the same call takes; Spiderpool has only the first, and its second
+// application waits forever. Pools are found by their labels (the
+// application's UID), never by their name, so a longer name serves as well.
+func AutoPoolNames(family int, app ipam.AppRef, iface string) ([]string, error) {
+	first, err := spiderpoolName(family, app, iface)
 	if err != nil {
 		return nil, err
 	}
@@ -661,6 +513,11 @@ func AutoPoolNames(family int, app AppRef, iface string) ([]string, error) {
 	return out, nil
 }
 
+// spiderpoolName returns the first of AutoPoolNames: Spiderpool's name.
+func spiderpoolName(family int, app ipam.AppRef, iface string) (string, error) {
+	return autoPoolName(family, app, iface, uidTail(app.UID, 5))
+}
+
 // uidTail returns the first n characters (all, if n < 0) of the last
 // dash-separated block of uid.
 func uidTail(uid string, n int) string {
@@ -674,8 +531,8 @@ func uidTail(uid string, n int) string {
 }
 
 // autoPoolName returns "auto<family>-<application name>-<interface>-<tag>",
-// lower-cased and cut as AutoPoolName says.
-func autoPoolName(family int, app AppRef, iface, tag string) (string, error) {
+// lower-cased and cut as AutoPoolNames says.
+func autoPoolName(family int, app ipam.AppRef, iface, tag string) (string, error) {
 	prefix := "auto" + strconv.Itoa(family) + "-"
 	suffix := "-" + strings.ToLower(iface) + "-" + strings.ToLower(tag)
 	name := strings.ToLower(app.Name)
@@ -683,8 +540,8 @@ func autoPoolName(family int, app AppRef, iface, tag string) (string, error) {
 		name = strings.TrimRight(name[:max(room, 0)], ".-")
 	}
 	full := prefix + name + suffix
-	if name == "" || len(full) > 253 || !isLabelDNSSubdomain(full) {
-		return "", &FieldError{Object: "auto-pool of " + app.String(), Field: "name", Value: full,
+	if name == "" || len(full) > 253 || !k8slabel.IsDNSSubdomain(full) {
+		return "", &ipam.FieldError{Object: "auto-pool of " + app.String(), Field: "name", Value: full,
 			Reason: "not a valid pool name (a DNS subdomain of at most 253 characters): check the interface name and the application's name and uid"}
 	}
 	return full, nil
@@ -692,8 +549,8 @@ func autoPoolName(family int, app AppRef, iface, tag string) (string, error) {
 
 // newAutoPool builds the auto-pool of app's interface iface and IP family
 // from subnet s, with addresses ips.
-func newAutoPool(name string, s *Subnet, app AppRef, iface string, cfg *AutoPoolConfig, n IPNumber, ips []netipx.IPRange) *AutoPool {
-	p := &Pool{
+func newAutoPool(name string, s *Subnet, app ipam.AppRef, iface string, cfg *Config, n IPNumber, ips []netipx.IPRange) *AutoPool {
+	p := &ipam.Pool{
 		Name:        name,
 		IPVersion:   s.Family(),
 		Subnet:      s.Subnet,

@@ -1,4 +1,4 @@
-package ipam
+package subnet
 
 import (
 	"cmp"
@@ -14,58 +14,58 @@ import (
 
 	"go4.org/netipx"
 
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/internal/k8slabel"
 	"github.com/ipamkit/ipam/store"
 )
 
-// This file holds SubnetManager, which applies the auto-pool decisions of
-// autopool_decide.go in memory as applications and pods come and go, and
+// This file holds Manager, which applies the auto-pool decisions of
+// decide.go in memory as applications and pods come and go, and
 // serves the pools to an Allocator.
 
-// SubnetManagerOptions configure a SubnetManager.
-type SubnetManagerOptions struct {
+// ManagerOptions configure a Manager.
+type ManagerOptions struct {
 	// Subnets are the SpiderSubnets. Required: without one, no application
 	// gets a pool.
 	Subnets []*Subnet
 	// Pools are the pools written by hand. Those in a subnet's CIDR are
 	// served with the subnet's gateway and routes where they set none
 	// (Subnet.Adopt), and their addresses are never given to auto-pools.
-	Pools []*Pool
+	Pools []*ipam.Pool
 	// AutoPools are auto-pools that exist already (a restart). Until an
 	// application accounts for them (SetApplication) or Resync finds none
 	// does, they are served as they are.
 	AutoPools []*AutoPool
 	// Reserved are the cluster's reserved addresses (SpiderReservedIP): no
 	// auto-pool gets them, and no pool hands them out.
-	Reserved []*ReservedIP
+	Reserved []*ipam.ReservedIP
 	// Claims is the Store of the Allocator that serves these pools.
 	// Required: a pool shrinks and is deleted only once the Store shows that
 	// no pod holds the addresses it gives back.
 	Claims store.Store
 	// AutoPool tunes the decisions (the default pool size).
-	AutoPool AutoPoolOptions
+	AutoPool Options
 	// Apply, if set, writes each change of an auto-pool where the pools
 	// live (SpiderIPPool objects, say) before the manager serves it: the
-	// decisions AutoPoolCreate, AutoPoolGrow, AutoPoolShrink,
-	// AutoPoolUpdate, AutoPoolTerminate and AutoPoolDelete, with the pool as
-	// the decision leaves it (for AutoPoolDelete, the pool deleted). It is
+	// decisions Create, Grow, Shrink, Update, Terminate and Delete, with
+	// the pool as the decision leaves it (for Delete, the pool deleted). It is
 	// called with the lock of the pool's subnet held, so the changes of one
 	// subnet are written one at a time, in order, and those of different
 	// subnets in parallel. When Apply is called for a shrink or a deletion,
 	// the manager already serves the pool without the addresses it gives
-	// back, and has checked that no pod holds one (see SubnetManager). If
-	// Apply returns an error, the
-	// change is not made: the addresses stay where they were, and the
-	// decision becomes an AutoPoolWait whose Err wraps ErrNotReady and says
+	// back, and has checked that no pod holds one (see Manager). If
+	// Apply returns an error, the change is not made: the addresses stay where they were, and the
+	// decision becomes a Wait whose Err wraps ErrNotReady and says
 	// why, retried on Sync. An application's pools are then not all or
 	// nothing: those written stay.
-	Apply func(ctx context.Context, d *AutoPoolDecision) error
+	Apply func(ctx context.Context, d *Decision) error
 	// Logger receives debug records. Nil discards them.
 	Logger *slog.Logger
 }
 
-// SubnetManager runs SpiderSubnet in memory: told which applications and
+// Manager runs SpiderSubnet in memory: told which applications and
 // pods exist, it creates, resizes and deletes their auto-pools by the rules
-// of DecideAutoPools, and serves them, with the pools written by hand, as the
+// of Decide, and serves them, with the pools written by hand, as the
 // PoolSource of an Allocator (it is an AutoPoolSource, a DefaultPoolSource
 // and a ReservedSource).
 //
@@ -103,14 +103,14 @@ type SubnetManagerOptions struct {
 // Spiderpool refuses it. Auto-pools hand out their lowest free address, as
 // Spiderpool's do.
 //
-// A SubnetManager is safe for concurrent use. Its zero value is not usable:
-// call NewSubnetManager.
-type SubnetManager struct {
-	opts     AutoPoolOptions
-	writer   func(context.Context, *AutoPoolDecision) error
+// A Manager is safe for concurrent use. Its zero value is not usable:
+// call NewManager.
+type Manager struct {
+	opts     Options
+	writer   func(context.Context, *Decision) error
 	claims   store.Store
 	log      *slog.Logger
-	manual   *Catalog
+	manual   *ipam.Catalog
 	subnets  map[string]*subnetState
 	reserved [2]*netipx.IPSet
 
@@ -138,7 +138,7 @@ type SubnetManager struct {
 // poolList is the served pools by name, as of a version of them.
 type poolList struct {
 	version uint64
-	pools   []*Pool
+	pools   []*ipam.Pool
 }
 
 // autoPoolKey names one pool an application asks for; iface "" and family
@@ -169,8 +169,8 @@ type subnetState struct {
 
 // keptKey is what makes a pool with reclaim false reusable by an
 // application: its group, kind, namespace and name, interface and family.
-func keptKey(app AppRef, iface string, family int) string {
-	return fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%d", app.Group(), labelValue(app.Kind), labelValue(app.Namespace), labelValue(app.Name), iface, family)
+func keptKey(app ipam.AppRef, iface string, family int) string {
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%s\x00%s\x00%d", app.Group(), k8slabel.Value(app.Kind), k8slabel.Value(app.Namespace), k8slabel.Value(app.Name), iface, family)
 }
 
 // index adds a to or removes it from st.pools and st.keep.
@@ -194,7 +194,7 @@ func (st *subnetState) index(a *AutoPool, add bool) {
 	}
 }
 
-// retiredOwner owned the claims earlier versions of SubnetManager made, one
+// retiredOwner owned the claims earlier versions of Manager made, one
 // per address a pool gave back; they are ignored as pods' claims and deleted
 // when found (unretire).
 var retiredOwner = store.Owner{ContainerID: "ipam.spidernet.io/subnet-manager"}
@@ -203,21 +203,21 @@ func isRetired(c store.Claim) bool {
 	return c.Owner.UID == "" && c.Owner.ContainerID == retiredOwner.ContainerID
 }
 
-// NewSubnetManager checks the options (subnets, pools and auto-pools
-// against each other, as NewAutoPoolSnapshot does) and returns a manager
+// NewManager checks the options (subnets, pools and auto-pools
+// against each other, as NewSnapshot does) and returns a manager
 // that serves the pools.
-func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
+func NewManager(opts ManagerOptions) (*Manager, error) {
 	if opts.Claims == nil {
-		return nil, &FieldError{Object: "subnet manager options", Field: "Claims", Reason: "required: the Allocator's Store"}
+		return nil, &ipam.FieldError{Object: "subnet manager options", Field: "Claims", Reason: "required: the Allocator's Store"}
 	}
 	if err := opts.AutoPool.Validate(); err != nil {
 		return nil, err
 	}
-	snap, err := NewAutoPoolSnapshot(opts.Subnets, opts.Pools, opts.AutoPools, opts.Reserved, nil)
+	snap, err := NewSnapshot(opts.Subnets, opts.Pools, opts.AutoPools, opts.Reserved, nil)
 	if err != nil {
 		return nil, err
 	}
-	m := &SubnetManager{
+	m := &Manager{
 		opts:     opts.AutoPool,
 		writer:   opts.Apply,
 		claims:   opts.Claims,
@@ -235,7 +235,7 @@ func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
 	if m.log == nil {
 		m.log = slog.New(slog.DiscardHandler)
 	}
-	adopted := make([]*Pool, len(opts.Pools))
+	adopted := make([]*ipam.Pool, len(opts.Pools))
 	for i, p := range opts.Pools {
 		adopted[i] = p
 		for _, s := range opts.Subnets {
@@ -244,7 +244,7 @@ func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
 			}
 		}
 	}
-	cat, err := NewCatalog(adopted...)
+	cat, err := ipam.NewCatalog(adopted...)
 	if err != nil {
 		return nil, err
 	}
@@ -265,26 +265,26 @@ func NewSubnetManager(opts SubnetManagerOptions) (*SubnetManager, error) {
 
 // Pool returns the named pool: a pool written by hand, or an auto-pool as
 // the Allocator sees it.
-func (m *SubnetManager) Pool(name string) (*Pool, bool) {
+func (m *Manager) Pool(name string) (*ipam.Pool, bool) {
 	p, ok := m.served.Load(name)
 	if !ok {
 		return nil, false
 	}
-	return p.(*Pool), true
+	return p.(*ipam.Pool), true
 }
 
 // Pools yields every pool, by name.
-func (m *SubnetManager) Pools() iter.Seq[*Pool] {
+func (m *Manager) Pools() iter.Seq[*ipam.Pool] {
 	v := m.version.Load()
 	if l := m.list.Load(); l != nil && l.version == v {
 		return slices.Values(l.pools)
 	}
-	var all []*Pool
+	var all []*ipam.Pool
 	m.served.Range(func(_, p any) bool {
-		all = append(all, p.(*Pool))
+		all = append(all, p.(*ipam.Pool))
 		return true
 	})
-	slices.SortFunc(all, func(a, b *Pool) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(all, func(a, b *ipam.Pool) int { return cmp.Compare(a.Name, b.Name) })
 	// Every change before v is in all; a change during the Range moved the
 	// version on, so this list is not used after it.
 	m.list.Store(&poolList{version: v, pools: all})
@@ -293,10 +293,10 @@ func (m *SubnetManager) Pools() iter.Seq[*Pool] {
 
 // DefaultPools yields the cluster default pools, which are pools written by
 // hand (an auto-pool is never a default).
-func (m *SubnetManager) DefaultPools() iter.Seq[*Pool] { return m.manual.DefaultPools() }
+func (m *Manager) DefaultPools() iter.Seq[*ipam.Pool] { return m.manual.DefaultPools() }
 
 // Reserved returns the reserved addresses of family 4 or 6.
-func (m *SubnetManager) Reserved(family int) *netipx.IPSet { return m.manual.Reserved(family) }
+func (m *Manager) Reserved(family int) *netipx.IPSet { return m.manual.Reserved(family) }
 
 // AutoPool returns the auto-pool that serves interface iface and IP family
 // family of the pod req describes from the subnet named subnet: the pool of
@@ -305,20 +305,20 @@ func (m *SubnetManager) Reserved(family int) *netipx.IPSet { return m.manual.Res
 // request without App is a pod without a controller, which SpiderSubnet does
 // not serve (ErrNotSupported); an App whose UID SetApplication has not
 // recorded is not known yet (ErrNotReady).
-func (m *SubnetManager) AutoPool(req *Request, iface string, family int, subnet string) (string, error) {
+func (m *Manager) AutoPool(req *ipam.Request, iface string, family int, subnet string) (string, error) {
 	app := req.App
 	podName := req.Namespace + "/" + req.Name
-	fail := func(app AppRef, reason string, sentinel error) (string, error) {
-		return "", &AutoPoolError{App: app, Pod: podName, Interface: iface, Family: family, Subnet: subnet, Reason: reason, Err: sentinel}
+	fail := func(app ipam.AppRef, reason string, sentinel error) (string, error) {
+		return "", &ipam.AutoPoolError{App: app, Pod: podName, Interface: iface, Family: family, Subnet: subnet, Reason: reason, Err: sentinel}
 	}
 	if app.IsZero() {
-		return fail(AppRef{}, "SpiderSubnet auto-pools serve the pods of a controller, and the request names none (Request.App is empty) "+
-			"(Spiderpool: SpiderSubnet feature doesn't support no-controller pod)", ErrNotSupported)
+		return fail(ipam.AppRef{}, "SpiderSubnet auto-pools serve the pods of a controller, and the request names none (Request.App is empty) "+
+			"(Spiderpool: SpiderSubnet feature doesn't support no-controller pod)", ipam.ErrNotSupported)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.apps[app.UID]; !ok || app.UID == "" {
-		return fail(app, fmt.Sprintf("the application (uid %q) is not known to the subnet manager yet (SetApplication creates its pools)", app.UID), ErrNotReady)
+		return fail(app, fmt.Sprintf("the application (uid %q) is not known to the subnet manager yet (SetApplication creates its pools)", app.UID), ipam.ErrNotReady)
 	}
 	// A pool that exists serves, even while it waits to grow or shrink:
 	// the Allocator says if it has no free address.
@@ -342,17 +342,17 @@ func (m *SubnetManager) AutoPool(req *Request, iface string, family int, subnet 
 		return "", m.forPod(err, podName)
 	}
 	if other != nil && other.Subnet == subnet {
-		return fail(app, fmt.Sprintf("the application's pool %q is being deleted", other.Name()), ErrNotReady)
+		return fail(app, fmt.Sprintf("the application's pool %q is being deleted", other.Name()), ipam.ErrNotReady)
 	}
 	if other != nil {
-		return fail(app, fmt.Sprintf("the pod names subnet %q, but its application's pool %q is from subnet %q", subnet, other.Name(), other.Subnet), ErrNotSupported)
+		return fail(app, fmt.Sprintf("the pod names subnet %q, but its application's pool %q is from subnet %q", subnet, other.Name(), other.Subnet), ipam.ErrNotSupported)
 	}
-	return fail(app, "the application asks for no pool of this interface and family", ErrNotFound)
+	return fail(app, "the application asks for no pool of this interface and family", ipam.ErrNotFound)
 }
 
 // forPod returns err naming the pod, when it is an *AutoPoolError.
-func (m *SubnetManager) forPod(err error, pod string) error {
-	var ae *AutoPoolError
+func (m *Manager) forPod(err error, pod string) error {
+	var ae *ipam.AutoPoolError
 	if errors.As(err, &ae) {
 		c := *ae
 		c.Pod = pod
@@ -368,7 +368,7 @@ func (m *SubnetManager) forPod(err error, pod string) error {
 // subnets of the pools it was served from; for any other pod (served before
 // a restart, or by another manager), all that wait, as Sync does. The error
 // is ctx's, if it ended.
-func (m *SubnetManager) DeletePod(ctx context.Context, uid string) ([]AutoPoolDecision, error) {
+func (m *Manager) DeletePod(ctx context.Context, uid string) ([]Decision, error) {
 	m.mu.Lock()
 	names, served := m.podPools[uid]
 	var subnets []string
@@ -387,13 +387,13 @@ func (m *SubnetManager) DeletePod(ctx context.Context, uid string) ([]AutoPoolDe
 
 // SetApplication records app (a new one, or a change: replicas, annotations)
 // and creates, resizes or refreshes its pools before it returns. It returns
-// the decisions (see DecideAutoPools) and, if some pool is not as the
+// the decisions (see Decide) and, if some pool is not as the
 // application asks, an error joining the Errs of its decisions: bad input (ErrInvalid,
 // ErrNotFound, ErrNotSupported) changes nothing; a wait (ErrNotReady) is
 // retried when the subnet gets addresses back. Addresses other pools give
 // back meanwhile are handed to the applications waiting for them, whose
 // decisions are returned too.
-func (m *SubnetManager) SetApplication(ctx context.Context, app Application) ([]AutoPoolDecision, error) {
+func (m *Manager) SetApplication(ctx context.Context, app Application) ([]Decision, error) {
 	app.Annotations = maps.Clone(app.Annotations)
 	m.mu.Lock()
 	m.apps[app.UID] = &app
@@ -405,10 +405,10 @@ func (m *SubnetManager) SetApplication(ctx context.Context, app Application) ([]
 
 // DeleteApplication forgets the application with ref's UID and reclaims its
 // pools: those with reclaim true are deleted once no pod holds their
-// addresses (AutoPoolTerminate until then), the others are kept for an
+// addresses (Terminate until then), the others are kept for an
 // application of the same kind, namespace and name. What cannot be done yet
 // is in the decisions' Errs; the error is ctx's, if it ended.
-func (m *SubnetManager) DeleteApplication(ctx context.Context, ref AppRef) ([]AutoPoolDecision, error) {
+func (m *Manager) DeleteApplication(ctx context.Context, ref ipam.AppRef) ([]Decision, error) {
 	m.mu.Lock()
 	delete(m.apps, ref.UID)
 	for k := range m.pending {
@@ -418,7 +418,7 @@ func (m *SubnetManager) DeleteApplication(ctx context.Context, ref AppRef) ([]Au
 	}
 	pools := slices.Clone(m.byUID[ref.UID])
 	m.mu.Unlock()
-	var ds []AutoPoolDecision
+	var ds []Decision
 	var freed []string
 	for _, a := range pools {
 		d, f := m.reclaimPool(ctx, a.Name())
@@ -436,7 +436,7 @@ func (m *SubnetManager) DeleteApplication(ctx context.Context, ref AppRef) ([]Au
 // none of apps accounts for are reclaimed first, so that the addresses they
 // give back are free for the others; then every application is set
 // (SetApplication).
-func (m *SubnetManager) Resync(ctx context.Context, apps []Application) ([]AutoPoolDecision, error) {
+func (m *Manager) Resync(ctx context.Context, apps []Application) ([]Decision, error) {
 	live := make(map[string]bool, len(apps))
 	for _, app := range apps {
 		live[app.UID] = true
@@ -460,7 +460,7 @@ func (m *SubnetManager) Resync(ctx context.Context, apps []Application) ([]AutoP
 	}
 	m.mu.Unlock()
 	slices.Sort(orphans)
-	var ds []AutoPoolDecision
+	var ds []Decision
 	var freed []string
 	for _, name := range orphans {
 		d, f := m.reclaimPool(ctx, name)
@@ -485,7 +485,7 @@ func (m *SubnetManager) Resync(ctx context.Context, apps []Application) ([]AutoP
 // releasing addresses other than through DeletePod (garbage collection).
 // What still cannot be done is in the decisions' Errs; the error is ctx's,
 // if it ended.
-func (m *SubnetManager) Sync(ctx context.Context) ([]AutoPoolDecision, error) {
+func (m *Manager) Sync(ctx context.Context) ([]Decision, error) {
 	m.mu.Lock()
 	subnets := slices.Collect(maps.Keys(m.waiting))
 	m.mu.Unlock()
@@ -493,23 +493,23 @@ func (m *SubnetManager) Sync(ctx context.Context) ([]AutoPoolDecision, error) {
 	return m.retry(ctx, subnets)
 }
 
-// Status returns every subnet's status (SubnetStatusOf), by name.
-func (m *SubnetManager) Status() []SubnetStatus {
+// Status returns every subnet's status (StatusOf), by name.
+func (m *Manager) Status() []Status {
 	names := slices.Sorted(maps.Keys(m.subnets))
-	out := make([]SubnetStatus, 0, len(names))
+	out := make([]Status, 0, len(names))
 	manual := slices.Collect(m.manual.Pools())
 	for _, n := range names {
 		st := m.subnets[n]
 		st.mu.Lock()
 		pools := slices.Collect(maps.Values(st.pools))
 		st.mu.Unlock()
-		out = append(out, SubnetStatusOf(st.s, manual, pools))
+		out = append(out, StatusOf(st.s, manual, pools))
 	}
 	return out
 }
 
 // AutoPools returns every auto-pool, by name.
-func (m *SubnetManager) AutoPools() []*AutoPool {
+func (m *Manager) AutoPools() []*AutoPool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := slices.Collect(maps.Values(m.auto))
@@ -518,7 +518,7 @@ func (m *SubnetManager) AutoPools() []*AutoPool {
 }
 
 // decisionErrors joins the Errs of ds.
-func decisionErrors(ds []AutoPoolDecision) error {
+func decisionErrors(ds []Decision) error {
 	var errs []error
 	for _, d := range ds {
 		if d.Err != nil {
@@ -530,7 +530,7 @@ func decisionErrors(ds []AutoPoolDecision) error {
 
 // lockSubnets locks the named subnets that exist, in name order, and
 // returns the function that unlocks them.
-func (m *SubnetManager) lockSubnets(names []string) func() {
+func (m *Manager) lockSubnets(names []string) func() {
 	names = slices.Compact(slices.Sorted(slices.Values(names)))
 	var locked []*subnetState
 	for _, n := range names {
@@ -548,9 +548,9 @@ func (m *SubnetManager) lockSubnets(names []string) func() {
 
 // subnetsOf returns the subnets app's decisions touch: those its template
 // names and those of its pools.
-func (m *SubnetManager) subnetsOf(app *Application) []string {
+func (m *Manager) subnetsOf(app *Application) []string {
 	var names []string
-	if cfg, ok, err := ParseAutoPoolConfig(app.Annotations); ok && err == nil {
+	if cfg, ok, err := ParseConfig(app.Annotations); ok && err == nil {
 		for _, e := range cfg.Subnets {
 			names = append(names, e.IPv4...)
 			names = append(names, e.IPv6...)
@@ -566,7 +566,7 @@ func (m *SubnetManager) subnetsOf(app *Application) []string {
 
 // apply decides and applies the pools of the application with that UID, and
 // returns the decisions and the subnets that got addresses back.
-func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecision, []string) {
+func (m *Manager) apply(ctx context.Context, uid string) ([]Decision, []string) {
 	// Decide on the application as it is once its subnets are locked: two
 	// calls for one application, racing, both apply the latest version.
 	var app *Application
@@ -604,14 +604,14 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 	var freed []string
 	for _, a := range orphans {
 		d := m.reclaimLocked(ctx, e, a)
-		if d.Action == AutoPoolDelete {
+		if d.Action == Delete {
 			freed = append(freed, d.Subnet)
 		}
 		p.decisions = append(p.decisions, d)
 	}
 	for i := range p.decisions {
 		d := &p.decisions[i]
-		if d.Action != AutoPoolShrink {
+		if d.Action != Shrink {
 			continue
 		}
 		m.mu.Lock()
@@ -629,8 +629,8 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 			m.mu.Lock()
 			was := m.auto[d.Pool.Name()]
 			m.mu.Unlock()
-			d.Pool, d.Removed, d.Action, d.Message = was, nil, AutoPoolWait, reason
-			d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: was.Name(), Reason: reason, Err: errors.Join(ErrNotReady, unwrapWrite(err))}
+			d.Pool, d.Removed, d.Action, d.Message = was, nil, Wait, reason
+			d.Err = &ipam.AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: was.Name(), Reason: reason, Err: errors.Join(ipam.ErrNotReady, unwrapWrite(err))}
 			continue
 		}
 		e.release(d)
@@ -653,7 +653,7 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 		if d.Err != nil {
 			m.pending[autoPoolKey{uid: app.UID, iface: d.Interface, family: d.Family}] = d.Err
 		}
-		if d.Action == AutoPoolWait {
+		if d.Action == Wait {
 			m.waitFor(d.Subnet).apps[app.UID] = true
 		}
 	}
@@ -663,9 +663,9 @@ func (m *SubnetManager) apply(ctx context.Context, uid string) ([]AutoPoolDecisi
 
 // commit applies one decision of apply (a shrink was written with the
 // retirement of its addresses, before).
-func (m *SubnetManager) commit(ctx context.Context, e *autoPoolEngine, d *AutoPoolDecision) {
+func (m *Manager) commit(ctx context.Context, e *autoPoolEngine, d *Decision) {
 	switch d.Action {
-	case AutoPoolCreate, AutoPoolGrow, AutoPoolUpdate:
+	case Create, Grow, Update:
 		if err := m.write(ctx, d); err != nil {
 			m.mu.Lock()
 			was := m.auto[d.PoolName()]
@@ -680,15 +680,15 @@ func (m *SubnetManager) commit(ctx context.Context, e *autoPoolEngine, d *AutoPo
 				e.free[d.Subnet], _ = b.IPSet()
 			}
 			reason := fmt.Sprintf("%s: %v; retried on Sync", d.Action, err)
-			d.Pool, d.Added, d.Action, d.Message = was, nil, AutoPoolWait, reason
-			d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: d.PoolName(), Reason: reason, Err: errors.Join(ErrNotReady, unwrapWrite(err))}
+			d.Pool, d.Added, d.Action, d.Message = was, nil, Wait, reason
+			d.Err = &ipam.AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: d.PoolName(), Reason: reason, Err: errors.Join(ipam.ErrNotReady, unwrapWrite(err))}
 			return
 		}
-	case AutoPoolShrink:
+	case Shrink:
 	default:
 		return
 	}
-	if d.Action == AutoPoolGrow {
+	if d.Action == Grow {
 		// Addresses this pool gave back before and now takes again may carry
 		// the retirement claims of an earlier version: drop them, so that
 		// pods may claim them.
@@ -706,7 +706,7 @@ func (m *SubnetManager) commit(ctx context.Context, e *autoPoolEngine, d *AutoPo
 
 // publishLocked makes a the served version of its pool. The caller holds
 // m.mu (or has m to itself) and the lock of a's subnet.
-func (m *SubnetManager) publishLocked(st *subnetState, a *AutoPool) {
+func (m *Manager) publishLocked(st *subnetState, a *AutoPool) {
 	name := a.Name()
 	m.auto[name] = a
 	list := m.byUID[a.App.UID]
@@ -720,14 +720,14 @@ func (m *SubnetManager) publishLocked(st *subnetState, a *AutoPool) {
 	}
 	st.index(a, true)
 	q := *a.Pool
-	q.Strategy = LowestFree
+	q.Strategy = ipam.LowestFree
 	m.served.Store(name, &q)
 	m.version.Add(1)
 }
 
 // unpublishLocked removes a. The caller holds m.mu and the lock of a's
 // subnet.
-func (m *SubnetManager) unpublishLocked(st *subnetState, a *AutoPool) {
+func (m *Manager) unpublishLocked(st *subnetState, a *AutoPool) {
 	name := a.Name()
 	delete(m.auto, name)
 	m.byUID[a.App.UID] = slices.DeleteFunc(m.byUID[a.App.UID], func(x *AutoPool) bool { return x.Name() == name })
@@ -748,7 +748,7 @@ func (m *SubnetManager) unpublishLocked(st *subnetState, a *AutoPool) {
 // lifted and the error says why; else lift lifts it (the change could not
 // be written). It costs O(ranges + the pool's claims), whatever the number
 // of addresses. The caller holds the lock of a's subnet.
-func (m *SubnetManager) fence(ctx context.Context, a *AutoPool, rs []netipx.IPRange) (lift func(), err error) {
+func (m *Manager) fence(ctx context.Context, a *AutoPool, rs []netipx.IPRange) (lift func(), err error) {
 	name := a.Name()
 	prev, _ := m.served.Load(name)
 	lift = func() {
@@ -758,7 +758,7 @@ func (m *SubnetManager) fence(ctx context.Context, a *AutoPool, rs []netipx.IPRa
 		}
 	}
 	q := *a.Pool
-	q.Strategy = LowestFree
+	q.Strategy = ipam.LowestFree
 	q.ExcludeIPs = append(slices.Clone(q.ExcludeIPs), rs...)
 	m.served.Store(name, &q)
 	m.version.Add(1)
@@ -784,7 +784,7 @@ func (m *SubnetManager) fence(ctx context.Context, a *AutoPool, rs []netipx.IPRa
 // unretire deletes pool's retirement claims of the addresses of rs (all of
 // the pool's when rs is nil): the fences earlier versions wrote, one claim
 // per address given back, which may remain in a Store.
-func (m *SubnetManager) unretire(ctx context.Context, pool string, rs []netipx.IPRange) error {
+func (m *Manager) unretire(ctx context.Context, pool string, rs []netipx.IPRange) error {
 	cs, err := m.claims.List(ctx, pool)
 	if err != nil {
 		return err
@@ -804,7 +804,7 @@ func (m *SubnetManager) unretire(ctx context.Context, pool string, rs []netipx.I
 // reclaimPool decides and applies the reclaim of the auto-pool named name,
 // whose application is gone. It returns the decision (nil if the pool is
 // gone or its application is back) and the subnet if it got addresses back.
-func (m *SubnetManager) reclaimPool(ctx context.Context, name string) (*AutoPoolDecision, []string) {
+func (m *Manager) reclaimPool(ctx context.Context, name string) (*Decision, []string) {
 	m.mu.Lock()
 	a := m.auto[name]
 	m.mu.Unlock()
@@ -836,16 +836,16 @@ func (m *SubnetManager) reclaimPool(ctx context.Context, name string) (*AutoPool
 // reclaimLocked decides and applies the reclaim of a, which no application
 // accounts for. The caller holds the lock of a's subnet; addresses given
 // back go to e's free set of it.
-func (m *SubnetManager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a *AutoPool) AutoPoolDecision {
+func (m *Manager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a *AutoPool) Decision {
 	name := a.Name()
 	st := m.subnets[a.Subnet]
 	d := e.reclaim(a)
 	wait := func(reason string, err error) {
-		d.Action, d.Removed, d.Message, d.Pool = AutoPoolWait, nil, reason, a
-		d.Err = &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: name, Reason: reason, Err: errors.Join(ErrNotReady, unwrapWrite(err))}
+		d.Action, d.Removed, d.Message, d.Pool = Wait, nil, reason, a
+		d.Err = &ipam.AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: name, Reason: reason, Err: errors.Join(ipam.ErrNotReady, unwrapWrite(err))}
 	}
 	switch d.Action {
-	case AutoPoolTerminate:
+	case Terminate:
 		if err := m.write(ctx, &d); err != nil {
 			wait(fmt.Sprintf("terminating: %v; retried on Sync", err), err)
 			break
@@ -853,7 +853,7 @@ func (m *SubnetManager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a 
 		m.mu.Lock()
 		m.publishLocked(st, d.Pool)
 		m.mu.Unlock()
-	case AutoPoolDelete:
+	case Delete:
 		lift, err := m.fence(ctx, a, d.Removed)
 		if err != nil {
 			wait(fmt.Sprintf("deleting: %v; retried when a pod is deleted", err), nil)
@@ -872,7 +872,7 @@ func (m *SubnetManager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a 
 		}
 		e.release(&d)
 	}
-	if d.Action == AutoPoolTerminate || d.Action == AutoPoolWait {
+	if d.Action == Terminate || d.Action == Wait {
 		m.mu.Lock()
 		m.waitFor(a.Subnet).pools[name] = true
 		m.mu.Unlock()
@@ -882,7 +882,7 @@ func (m *SubnetManager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a 
 
 // write writes decision d where the pools live (Options.Apply), if that is
 // set. Its error is a *writeError.
-func (m *SubnetManager) write(ctx context.Context, d *AutoPoolDecision) error {
+func (m *Manager) write(ctx context.Context, d *Decision) error {
 	if m.writer == nil {
 		return nil
 	}
@@ -907,7 +907,7 @@ func unwrapWrite(err error) error {
 }
 
 // waitFor returns the waiters of a subnet. The caller holds m.mu.
-func (m *SubnetManager) waitFor(subnet string) *waiters {
+func (m *Manager) waitFor(subnet string) *waiters {
 	w := m.waiting[subnet]
 	if w == nil {
 		w = &waiters{apps: make(map[string]bool), pools: make(map[string]bool)}
@@ -918,8 +918,8 @@ func (m *SubnetManager) waitFor(subnet string) *waiters {
 
 // retry retries what waits for the subnets, and for those that get
 // addresses back in turn, until nothing changes.
-func (m *SubnetManager) retry(ctx context.Context, subnets []string) ([]AutoPoolDecision, error) {
-	var ds []AutoPoolDecision
+func (m *Manager) retry(ctx context.Context, subnets []string) ([]Decision, error) {
+	var ds []Decision
 	var queue []string
 	enqueue := func(names []string) {
 		for _, n := range names {
@@ -965,10 +965,10 @@ func (m *SubnetManager) retry(ctx context.Context, subnets []string) ([]AutoPool
 	return ds, nil
 }
 
-// managerWorld is a SubnetManager's state as the decisions see it. The
+// managerWorld is a Manager's state as the decisions see it. The
 // subnets the decisions touch are locked by the caller.
 type managerWorld struct {
-	m   *SubnetManager
+	m   *Manager
 	ctx context.Context
 	// reserved are the names this world reserved (reserveName).
 	reserved []string
@@ -1019,7 +1019,7 @@ func (w *managerWorld) AutoPoolsOf(uid string) []*AutoPool {
 	return slices.Clone(w.m.byUID[uid])
 }
 
-func (w *managerWorld) KeptAutoPools(app AppRef, iface string, family int, subnet string) []*AutoPool {
+func (w *managerWorld) KeptAutoPools(app ipam.AppRef, iface string, family int, subnet string) []*AutoPool {
 	st := w.m.subnets[subnet]
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
@@ -1045,7 +1045,7 @@ func (w *managerWorld) UsedAddresses(a *AutoPool) (*netipx.IPSet, error) {
 			b.Add(c.IP)
 		}
 	}
-	b.Intersect(a.Pool.usable(nil))
+	b.Intersect(a.Pool.Addresses())
 	set, _ := b.IPSet()
 	return set, nil
 }

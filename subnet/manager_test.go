@@ -1,4 +1,4 @@
-package ipam_test
+package subnet_test
 
 import (
 	"context"
@@ -18,15 +18,16 @@ import (
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 func TestNewSubnetManagerErrors(t *testing.T) {
-	_, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{})
+	_, err := subnet.NewManager(subnet.ManagerOptions{})
 	require.ErrorContains(t, err, "Claims: required")
-	_, err = ipam.NewSubnetManager(ipam.SubnetManagerOptions{Claims: memstore.New(), AutoPool: ipam.AutoPoolOptions{DefaultIPNumber: "-2"}})
+	_, err = subnet.NewManager(subnet.ManagerOptions{Claims: memstore.New(), AutoPool: subnet.Options{DefaultIPNumber: "-2"}})
 	require.ErrorContains(t, err, `DefaultIPNumber "-2"`)
 	dup := ssSubnet6()
-	_, err = ipam.NewSubnetManager(ipam.SubnetManagerOptions{Claims: memstore.New(), Subnets: []*ipam.Subnet{ssSubnet6(), dup}})
+	_, err = subnet.NewManager(subnet.ManagerOptions{Claims: memstore.New(), Subnets: []*subnet.Subnet{ssSubnet6(), dup}})
 	require.ErrorContains(t, err, "duplicate")
 }
 
@@ -40,23 +41,23 @@ func TestSubnetManagerBadInput(t *testing.T) {
 		n    int
 		want string
 	}{
-		{"malformed ippool-ip-number", ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "1+"),
+		{"malformed ippool-ip-number", ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, subnet.AnnotationIPNumber, "1+"),
 			2, `annotation "ipam.spidernet.io/ippool-ip-number" "1+": invalid input`},
 		{"unknown subnet", ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-x"]}`),
 			2, `annotation "ipam.spidernet.io/subnet" ` + "`" + `{"ipv4":["subnet-x"]}` + "`" + `: ipv4[0] "subnet-x": no SpiderSubnet of that name`},
 		{"two interfaces on one subnet", ssAnn(ipam.AnnotationSubnets, `[{"interface":"eth0","ipv4":["subnet-6"]},{"interface":"net1","ipv4":["subnet-6"]}]`),
 			2, `[1].ipv4[0] "subnet-6": subnet used by two interfaces`},
-		{"subnet too small", ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "11"),
+		{"subnet too small", ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, subnet.AnnotationIPNumber, "11"),
 			2, `a pool of 11 addresses cannot fit: the subnet has 10 in all (totalIPCount); lower ipam.spidernet.io/ippool-ip-number "11"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newSSCluster(t, []*ipam.Subnet{ssSubnet6()}, nil)
+			c := newSSCluster(t, []*subnet.Subnet{ssSubnet6()}, nil)
 			app := ssApp("Deployment", "web", ssUID, tc.n, tc.ann)
 			ds, err := c.set(app)
 			require.ErrorContains(t, err, tc.want)
 			require.False(t, errors.Is(err, ipam.ErrNotReady), "bad input is not worth retrying")
 			for _, d := range ds {
-				require.Equal(t, ipam.AutoPoolFail, d.Action)
+				require.Equal(t, subnet.Fail, d.Action)
 			}
 			require.Empty(t, c.m.AutoPools())
 			require.Equal(t, int64(0), c.status("subnet-6").AllocatedIPCount)
@@ -71,7 +72,7 @@ func TestSubnetManagerBadInput(t *testing.T) {
 }
 
 func TestSubnetManagerAutoPoolErrors(t *testing.T) {
-	c := newSSCluster(t, []*ipam.Subnet{ssSubnet6(), ssSubnet7()}, nil)
+	c := newSSCluster(t, []*subnet.Subnet{ssSubnet6(), ssSubnet7()}, nil)
 	app := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
 	req := &ipam.Request{Namespace: "default", Name: "web-0", UID: "uid-web-0"}
 	_, err := c.m.AutoPool(req, "eth0", 4, "subnet-6")
@@ -125,17 +126,17 @@ func (s *retireRace) List(ctx context.Context, pool string) ([]store.Claim, erro
 func TestSubnetManagerShrinkRace(t *testing.T) {
 	ctx := t.Context()
 	st := &retireRace{Store: memstore.New()}
-	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: st})
+	m, err := subnet.NewManager(subnet.ManagerOptions{Subnets: []*subnet.Subnet{ssSubnet6()}, Claims: st})
 	require.NoError(t, err)
-	app := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "3"))
+	app := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, subnet.AnnotationIPNumber, "3"))
 	_, err = m.SetApplication(ctx, app)
 	require.NoError(t, err)
-	app.Annotations = ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "1")
+	app.Annotations = ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, subnet.AnnotationIPNumber, "1")
 	st.armed.Store(true)
 	ds, err := m.SetApplication(ctx, app)
 	require.ErrorIs(t, err, ipam.ErrNotReady)
 	d := ssOnly(t, ds)
-	require.Equal(t, ipam.AutoPoolWait, d.Action)
+	require.Equal(t, subnet.Wait, d.Action)
 	require.Contains(t, d.Message, "address 10.6.168.101 was claimed by a pod meanwhile")
 	pool := m.AutoPools()[0]
 	require.Equal(t, []string{"10.6.168.101-10.6.168.103"}, ssIPs(pool), "nothing given back")
@@ -149,7 +150,7 @@ func TestSubnetManagerShrinkRace(t *testing.T) {
 	require.Len(t, cs, 1)
 	require.Equal(t, "uid-sneaky", cs[0].Owner.UID)
 	// No other application can get the address meanwhile.
-	other := ssApp("Deployment", "other", "u-other-0ther", 7, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "7"))
+	other := ssApp("Deployment", "other", "u-other-0ther", 7, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, subnet.AnnotationIPNumber, "7"))
 	d = ssOnly(t, mustSetApp(t, m, other))
 	require.Equal(t, []string{"10.6.168.104-10.6.168.110"}, ssIPs(d.Pool))
 	// Once the pod's address is released, the shrink goes ahead, keeping
@@ -158,11 +159,11 @@ func TestSubnetManagerShrinkRace(t *testing.T) {
 	ds, err = m.Sync(ctx)
 	require.NoError(t, err)
 	d = ssOnly(t, ds)
-	require.Equal(t, ipam.AutoPoolShrink, d.Action)
+	require.Equal(t, subnet.Shrink, d.Action)
 	require.Equal(t, []string{"10.6.168.101-10.6.168.102"}, formatRanges(d.Removed))
 }
 
-func mustSetApp(t *testing.T, m *ipam.SubnetManager, app ipam.Application) []ipam.AutoPoolDecision {
+func mustSetApp(t *testing.T, m *subnet.Manager, app subnet.Application) []subnet.Decision {
 	t.Helper()
 	ds, err := m.SetApplication(t.Context(), app)
 	require.NoError(t, err)
@@ -173,28 +174,28 @@ func TestSubnetManagerRestart(t *testing.T) {
 	ctx := t.Context()
 	st := memstore.New()
 	s6 := ssSubnet6()
-	m1, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{s6}, Claims: st})
+	m1, err := subnet.NewManager(subnet.ManagerOptions{Subnets: []*subnet.Subnet{s6}, Claims: st})
 	require.NoError(t, err)
 	sub := `{"ipv4":["subnet-6"]}`
 	a := ssApp("Deployment", "a", "u-a-aaaaa", 1, ssAnn(ipam.AnnotationSubnet, sub))
-	b := ssApp("Deployment", "b", "u-b-bbbbb", 1, ssAnn(ipam.AnnotationSubnet, sub, ipam.AnnotationReclaim, "false"))
+	b := ssApp("Deployment", "b", "u-b-bbbbb", 1, ssAnn(ipam.AnnotationSubnet, sub, subnet.AnnotationReclaim, "false"))
 	gone := ssApp("Deployment", "c", "u-c-ccccc", 1, ssAnn(ipam.AnnotationSubnet, sub))
-	for _, app := range []ipam.Application{a, b, gone} {
+	for _, app := range []subnet.Application{a, b, gone} {
 		mustSetApp(t, m1, app)
 	}
-	m2, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{s6}, Claims: st, AutoPools: m1.AutoPools()})
+	m2, err := subnet.NewManager(subnet.ManagerOptions{Subnets: []*subnet.Subnet{s6}, Claims: st, AutoPools: m1.AutoPools()})
 	require.NoError(t, err)
 	require.Len(t, slices.Collect(m2.Pools()), 3, "served before any application is known")
-	ds, err := m2.Resync(ctx, []ipam.Application{a})
+	ds, err := m2.Resync(ctx, []subnet.Application{a})
 	require.NoError(t, err)
-	actions := map[string]ipam.AutoPoolAction{}
+	actions := map[string]subnet.Action{}
 	for _, d := range ds {
 		actions[d.PoolName()] = d.Action
 	}
-	require.Equal(t, map[string]ipam.AutoPoolAction{
-		"auto4-a-eth0-aaaaa": ipam.AutoPoolKeep,
-		"auto4-b-eth0-bbbbb": ipam.AutoPoolKeep,
-		"auto4-c-eth0-ccccc": ipam.AutoPoolDelete,
+	require.Equal(t, map[string]subnet.Action{
+		"auto4-a-eth0-aaaaa": subnet.Keep,
+		"auto4-b-eth0-bbbbb": subnet.Keep,
+		"auto4-c-eth0-ccccc": subnet.Delete,
 	}, actions)
 	require.Equal(t, int64(4), m2.Status()[0].AllocatedIPCount)
 	// A newcomer gets the lowest free addresses, which include c's.
@@ -207,7 +208,7 @@ func TestSubnetManagerRestart(t *testing.T) {
 
 func TestSubnetManagerServes(t *testing.T) {
 	manual := ipam.MustParsePool(`{"name":"manual","subnet":"10.6.0.0/16","ips":["10.6.168.109-10.6.168.110"],"default":true}`)
-	c := newSSCluster(t, []*ipam.Subnet{ssSubnet6()}, []*ipam.Pool{manual})
+	c := newSSCluster(t, []*subnet.Subnet{ssSubnet6()}, []*ipam.Pool{manual})
 	app := ssApp("Deployment", "web", ssUID, 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
 	c.mustSet(app)
 	var names []string
@@ -222,7 +223,7 @@ func TestSubnetManagerServes(t *testing.T) {
 	require.Equal(t, []string{"manual"}, defaults)
 	p, ok := c.m.Pool("auto4-web-eth0-a5bd3")
 	require.True(t, ok)
-	require.Equal(t, ipam.AppLabels(app.AppRef), p.PodAffinity.MatchLabels, "served with its podAffinity, which the filters match against Request.App")
+	require.Equal(t, subnet.AppLabels(app.AppRef), p.PodAffinity.MatchLabels, "served with its podAffinity, which the filters match against Request.App")
 	require.True(t, ipam.IsAutoPool(p))
 	require.Equal(t, ipam.LowestFree, p.Strategy)
 	// A pod without the subnet annotation is served by the cluster default.
@@ -235,9 +236,9 @@ func TestSubnetManagerServes(t *testing.T) {
 // TestSubnetManagerConcurrent runs applications on two subnets from many
 // goroutines at once, pods coming and going, and checks the invariants.
 func TestSubnetManagerConcurrent(t *testing.T) {
-	subnets := []*ipam.Subnet{
-		ipam.MustParseSubnet(`{"name":"a","subnet":"10.10.0.0/24","ips":["10.10.0.2-10.10.0.254"]}`),
-		ipam.MustParseSubnet(`{"name":"b","subnet":"10.11.0.0/24","ips":["10.11.0.2-10.11.0.254"]}`),
+	subnets := []*subnet.Subnet{
+		subnet.MustParse(`{"name":"a","subnet":"10.10.0.0/24","ips":["10.10.0.2-10.10.0.254"]}`),
+		subnet.MustParse(`{"name":"b","subnet":"10.11.0.0/24","ips":["10.11.0.2-10.11.0.254"]}`),
 	}
 	c := newSSCluster(t, subnets, nil)
 	var wg sync.WaitGroup
@@ -246,10 +247,10 @@ func TestSubnetManagerConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(g), 1))
-			subnet := []string{"a", "b"}[g%2]
+			sn := []string{"a", "b"}[g%2]
 			for round := range 20 {
 				app := ssApp("Deployment", fmt.Sprintf("g%d", g), fmt.Sprintf("u-%d-%05d", g, g), r.IntN(6),
-					ssAnn(ipam.AnnotationSubnet, `{"ipv4":["`+subnet+`"]}`))
+					ssAnn(ipam.AnnotationSubnet, `{"ipv4":["`+sn+`"]}`))
 				if _, err := c.m.SetApplication(c.ctx, app); err != nil && !errors.Is(err, ipam.ErrNotReady) {
 					t.Error(err)
 					return
@@ -282,14 +283,14 @@ func TestSubnetManagerConcurrent(t *testing.T) {
 // subnets and clear of pools written by hand; that every pod's claim lies in
 // its pool; that no address is held twice; and that the subnets' counts add
 // up.
-func checkSubnetInvariants(t *testing.T, c *ssCluster, subnets []*ipam.Subnet, manual []*ipam.Pool) {
+func checkSubnetInvariants(t *testing.T, c *ssCluster, subnets []*subnet.Subnet, manual []*ipam.Pool) {
 	t.Helper()
 	var seen netipx.IPSetBuilder
 	sizes := map[string]int64{}
-	pools := map[string]*ipam.AutoPool{}
+	pools := map[string]*subnet.AutoPool{}
 	for _, a := range c.m.AutoPools() {
 		pools[a.Name()] = a
-		var s *ipam.Subnet
+		var s *subnet.Subnet
 		for _, x := range subnets {
 			if x.Name == a.Subnet {
 				s = x
@@ -315,7 +316,7 @@ func checkSubnetInvariants(t *testing.T, c *ssCluster, subnets []*ipam.Subnet, m
 		sizes[a.Subnet] += int64(a.Size())
 	}
 	for _, s := range subnets {
-		sizes[s.Name] += ipam.SubnetStatusOf(s, manual, nil).AllocatedIPCount
+		sizes[s.Name] += subnet.StatusOf(s, manual, nil).AllocatedIPCount
 	}
 	for _, st := range c.m.Status() {
 		require.Equal(t, sizes[st.Name], st.AllocatedIPCount, st.Name)
@@ -340,7 +341,7 @@ func checkSubnetInvariants(t *testing.T, c *ssCluster, subnets []*ipam.Subnet, m
 }
 
 // TestSubnetManagerModel runs seeded random histories of applications and
-// pods against a SubnetManager and an Allocator, and checks the invariants
+// pods against a Manager and an Allocator, and checks the invariants
 // after every step.
 func TestSubnetManagerModel(t *testing.T) {
 	for seed := range uint64(30) {
@@ -349,12 +350,12 @@ func TestSubnetManagerModel(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 16))
 			s6, s7 := ssSubnet6(), ssSubnet7()
 			manual := ipam.MustParsePool(`{"name":"manual","subnet":"10.6.0.0/16","ips":["10.6.168.110"]}`)
-			c := newSSCluster(t, []*ipam.Subnet{s6, s7}, []*ipam.Pool{manual})
+			c := newSSCluster(t, []*subnet.Subnet{s6, s7}, []*ipam.Pool{manual})
 			type pod struct {
-				app  ipam.Application
+				app  subnet.Application
 				name string
 			}
-			apps := map[int]ipam.Application{}
+			apps := map[int]subnet.Application{}
 			var pods []pod
 			gen := 0
 			for step := range 60 {
@@ -372,10 +373,10 @@ func TestSubnetManagerModel(t *testing.T) {
 						ann = ssAnn(ipam.AnnotationSubnets, `[{"interface":"eth0","ipv4":["subnet-6"]},{"interface":"net1","ipv4":["subnet-7"]}]`)
 					}
 					if n := []string{"", "+0", "+1", "2", "4"}[r.IntN(5)]; n != "" {
-						ann[ipam.AnnotationIPNumber] = n
+						ann[subnet.AnnotationIPNumber] = n
 					}
 					if r.IntN(3) == 0 {
-						ann[ipam.AnnotationReclaim] = "false"
+						ann[subnet.AnnotationReclaim] = "false"
 					}
 					app.Annotations = ann
 					apps[i] = app
@@ -422,7 +423,7 @@ func TestSubnetManagerModel(t *testing.T) {
 						pods = slices.Delete(pods, k, k+1)
 					}
 				}
-				checkSubnetInvariants(t, c, []*ipam.Subnet{s6, s7}, []*ipam.Pool{manual})
+				checkSubnetInvariants(t, c, []*subnet.Subnet{s6, s7}, []*ipam.Pool{manual})
 			}
 			// Once every pod and application is gone, every pool with
 			// reclaim true is gone too.
@@ -437,7 +438,7 @@ func TestSubnetManagerModel(t *testing.T) {
 			for _, a := range c.m.AutoPools() {
 				require.Falsef(t, a.Reclaim, "pool %s with reclaim true outlived its application", a.Name())
 			}
-			checkSubnetInvariants(t, c, []*ipam.Subnet{s6, s7}, []*ipam.Pool{manual})
+			checkSubnetInvariants(t, c, []*subnet.Subnet{s6, s7}, []*ipam.Pool{manual})
 		})
 	}
 }
@@ -451,8 +452,8 @@ func TestSubnetManagerApply(t *testing.T) {
 	var mu sync.Mutex
 	var written []string
 	fail := false
-	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: st,
-		Apply: func(_ context.Context, d *ipam.AutoPoolDecision) error {
+	m, err := subnet.NewManager(subnet.ManagerOptions{Subnets: []*subnet.Subnet{ssSubnet6()}, Claims: st,
+		Apply: func(_ context.Context, d *subnet.Decision) error {
 			mu.Lock()
 			defer mu.Unlock()
 			if fail {
@@ -470,7 +471,7 @@ func TestSubnetManagerApply(t *testing.T) {
 	ds, err := m.SetApplication(ctx, app)
 	require.ErrorIs(t, err, ipam.ErrNotReady)
 	require.ErrorContains(t, err, "create: writing the pool: the API server said no; retried on Sync")
-	require.Equal(t, ipam.AutoPoolWait, ssOnly(t, ds).Action)
+	require.Equal(t, subnet.Wait, ssOnly(t, ds).Action)
 	require.Empty(t, m.AutoPools())
 	require.Equal(t, int64(0), m.Status()[0].AllocatedIPCount)
 	_, served := m.Pool("auto4-web-eth0-a5bd3")
@@ -482,7 +483,7 @@ func TestSubnetManagerApply(t *testing.T) {
 	setFail(false)
 	ds, err = m.Sync(ctx)
 	require.NoError(t, err)
-	require.Equal(t, ipam.AutoPoolCreate, ssOnly(t, ds).Action)
+	require.Equal(t, subnet.Create, ssOnly(t, ds).Action)
 
 	// A grow, then a shrink whose write fails and then works, then the
 	// application goes.
@@ -493,7 +494,7 @@ func TestSubnetManagerApply(t *testing.T) {
 	setFail(true)
 	ds, err = m.SetApplication(ctx, app)
 	require.ErrorContains(t, err, "shrinking: writing the pool: the API server said no")
-	require.Equal(t, ipam.AutoPoolWait, ssOnly(t, ds).Action)
+	require.Equal(t, subnet.Wait, ssOnly(t, ds).Action)
 	require.Equal(t, []string{"10.6.168.101-10.6.168.105"}, ssIPs(m.AutoPools()[0]))
 	claims, err := st.List(ctx, "auto4-web-eth0-a5bd3")
 	require.NoError(t, err)
@@ -509,12 +510,12 @@ func TestSubnetManagerApply(t *testing.T) {
 	setFail(true)
 	ds, err = m.DeleteApplication(ctx, app.AppRef)
 	require.NoError(t, err)
-	require.Equal(t, ipam.AutoPoolWait, ssOnly(t, ds).Action)
+	require.Equal(t, subnet.Wait, ssOnly(t, ds).Action)
 	require.Len(t, m.AutoPools(), 1, "a deletion whose write failed keeps the pool")
 	setFail(false)
 	ds, err = m.Sync(ctx)
 	require.NoError(t, err)
-	require.Equal(t, ipam.AutoPoolDelete, ssOnly(t, ds).Action)
+	require.Equal(t, subnet.Delete, ssOnly(t, ds).Action)
 	require.Empty(t, m.AutoPools())
 	require.Equal(t, []string{
 		"create auto4-web-eth0-a5bd3 [10.6.168.101-10.6.168.103]",
@@ -534,20 +535,20 @@ func TestSubnetManagerResyncReclaimsFirst(t *testing.T) {
 	kept := ssApp("Deployment", "kept", "u-kept-aaaaa", 2, ssAnn(ipam.AnnotationSubnet, sub))
 	gone := ssApp("Deployment", "gone", "u-gone-bbbbb", 2, ssAnn(ipam.AnnotationSubnet, sub))
 	st := memstore.New()
-	m1, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: st})
+	m1, err := subnet.NewManager(subnet.ManagerOptions{Subnets: []*subnet.Subnet{ssSubnet6()}, Claims: st})
 	require.NoError(t, err)
 	mustSetApp(t, m1, kept)
 	mustSetApp(t, m1, gone)
-	m2, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: st, AutoPools: m1.AutoPools()})
+	m2, err := subnet.NewManager(subnet.ManagerOptions{Subnets: []*subnet.Subnet{ssSubnet6()}, Claims: st, AutoPools: m1.AutoPools()})
 	require.NoError(t, err)
 	kept.Replicas = intp(7) // 8 addresses: 5 more, and 4 are free unless gone's 3 come back
-	ds, err := m2.Resync(ctx, []ipam.Application{kept})
+	ds, err := m2.Resync(ctx, []subnet.Application{kept})
 	require.NoError(t, err)
-	actions := map[string]ipam.AutoPoolAction{}
+	actions := map[string]subnet.Action{}
 	for _, d := range ds {
 		actions[d.PoolName()] = d.Action
 	}
-	require.Equal(t, map[string]ipam.AutoPoolAction{"auto4-gone-eth0-bbbbb": ipam.AutoPoolDelete, "auto4-kept-eth0-aaaaa": ipam.AutoPoolGrow}, actions)
+	require.Equal(t, map[string]subnet.Action{"auto4-gone-eth0-bbbbb": subnet.Delete, "auto4-kept-eth0-aaaaa": subnet.Grow}, actions)
 	require.Equal(t, []string{"10.6.168.101-10.6.168.108"}, ssIPs(m2.AutoPools()[0]))
 }
 
@@ -565,23 +566,23 @@ func TestSubnetManagerShrinkFences(t *testing.T) {
 	}{{"AddressReader", memstore.New()}, {"no AddressReader", noAddressReader{memstore.New()}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			var m *ipam.SubnetManager
+			var m *subnet.Manager
 			var served []string
-			apply := func(_ context.Context, d *ipam.AutoPoolDecision) error {
-				if d.Action == ipam.AutoPoolShrink {
+			apply := func(_ context.Context, d *subnet.Decision) error {
+				if d.Action == subnet.Shrink {
 					p, ok := m.Pool(d.PoolName())
 					require.True(t, ok)
 					served = formatRanges(p.ExcludeIPs)
 				}
 				return nil
 			}
-			m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6()}, Claims: tc.st, Apply: apply})
+			m, err := subnet.NewManager(subnet.ManagerOptions{Subnets: []*subnet.Subnet{ssSubnet6()}, Claims: tc.st, Apply: apply})
 			require.NoError(t, err)
 			app := ssApp("Deployment", "web", ssUID, 4, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`))
 			mustSetApp(t, m, app)
 			app.Replicas = intp(1)
 			d := ssOnly(t, mustSetApp(t, m, app))
-			require.Equal(t, ipam.AutoPoolShrink, d.Action)
+			require.Equal(t, subnet.Shrink, d.Action)
 			require.Equal(t, []string{"10.6.168.101-10.6.168.103"}, formatRanges(d.Removed))
 			require.Equal(t, formatRanges(d.Removed), served, "fenced when Apply is called")
 			p, _ := m.Pool("auto4-web-eth0-a5bd3")
@@ -591,7 +592,7 @@ func TestSubnetManagerShrinkFences(t *testing.T) {
 			require.Empty(t, cs)
 			// Growing onto them again works.
 			app.Replicas = intp(4)
-			require.Equal(t, ipam.AutoPoolGrow, ssOnly(t, mustSetApp(t, m, app)).Action)
+			require.Equal(t, subnet.Grow, ssOnly(t, mustSetApp(t, m, app)).Action)
 		})
 	}
 }
@@ -604,9 +605,9 @@ func TestSubnetManagerShrinkFences(t *testing.T) {
 // once every application is gone, the subnet has every address back.
 func TestSubnetManagerNameCollision(t *testing.T) {
 	ctx := t.Context()
-	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6(), ssSubnet7()}, Claims: memstore.New()})
+	m, err := subnet.NewManager(subnet.ManagerOptions{Subnets: []*subnet.Subnet{ssSubnet6(), ssSubnet7()}, Claims: memstore.New()})
 	require.NoError(t, err)
-	ann := ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "2")
+	ann := ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, subnet.AnnotationIPNumber, "2")
 	a := ssApp("Deployment", "web", "11111111-1111-4111-8111-abcde0000001", 1, ann)
 	a.Namespace = "team-a"
 	b := ssApp("Deployment", "web", "22222222-2222-4222-8222-abcde0000002", 1, ann)
@@ -614,9 +615,9 @@ func TestSubnetManagerNameCollision(t *testing.T) {
 	d := ssOnly(t, mustSetApp(t, m, a))
 	require.Equal(t, "auto4-web-eth0-abcde", d.PoolName())
 	d = ssOnly(t, mustSetApp(t, m, b))
-	require.Equal(t, ipam.AutoPoolCreate, d.Action)
+	require.Equal(t, subnet.Create, d.Action)
 	require.Equal(t, "auto4-web-eth0-abcde0000002", d.PoolName())
-	for _, app := range []ipam.Application{a, b} {
+	for _, app := range []subnet.Application{a, b} {
 		name, err := m.AutoPool(&ipam.Request{App: app.AppRef}, "eth0", 4, "subnet-6")
 		require.NoError(t, err)
 		p, ok := m.Pool(name)
@@ -629,9 +630,9 @@ func TestSubnetManagerNameCollision(t *testing.T) {
 	ds, err := m.SetApplication(ctx, c)
 	require.ErrorIs(t, err, ipam.ErrInvalid)
 	require.ErrorContains(t, err, `"net1" and [1].interface "NET1" differ only in case`)
-	require.Equal(t, ipam.AutoPoolFail, ssOnly(t, ds).Action)
+	require.Equal(t, subnet.Fail, ssOnly(t, ds).Action)
 
-	for _, app := range []ipam.Application{a, b, c} {
+	for _, app := range []subnet.Application{a, b, c} {
 		_, err := m.DeleteApplication(ctx, app.AppRef)
 		require.NoError(t, err)
 	}
@@ -671,7 +672,7 @@ func allocated(f func()) uint64 {
 // ippool-ip-number), IPv6 and IPv4, writes no claim per address and
 // allocates a bounded amount of memory (it used to write one claim per
 // address under the subnet's lock: 954 MB for a million, out of memory for
-// 16,777,216). BenchmarkSubnetManagerHugePool times it.
+// 16,777,216). BenchmarkManagerHugePool times it.
 func TestSubnetManagerHugePoolBounded(t *testing.T) {
 	const bound = 1 << 20 // bytes per change (about 16 KiB measured); one claim per address would be gigabytes
 	for _, tc := range []struct{ name, subnet, ann string }{
@@ -682,29 +683,29 @@ func TestSubnetManagerHugePoolBounded(t *testing.T) {
 			ctx := t.Context()
 			st := &createLimit{Store: memstore.New()}
 			st.limit.Store(1000)
-			m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ipam.MustParseSubnet(tc.subnet)}, Claims: st})
+			m, err := subnet.NewManager(subnet.ManagerOptions{Subnets: []*subnet.Subnet{subnet.MustParse(tc.subnet)}, Claims: st})
 			require.NoError(t, err)
-			set := func(n string, want ipam.AutoPoolAction) ipam.AutoPoolDecision {
+			set := func(n string, want subnet.Action) subnet.Decision {
 				t.Helper()
-				app := ssApp("Deployment", "huge", ssUID, 1, ssAnn(ipam.AnnotationSubnet, tc.ann, ipam.AnnotationIPNumber, n))
-				var d ipam.AutoPoolDecision
+				app := ssApp("Deployment", "huge", ssUID, 1, ssAnn(ipam.AnnotationSubnet, tc.ann, subnet.AnnotationIPNumber, n))
+				var d subnet.Decision
 				b := allocated(func() { d = ssOnly(t, mustSetApp(t, m, app)) })
 				require.Equal(t, want, d.Action, d.String())
 				require.LessOrEqualf(t, b, uint64(bound), "%s to %s allocated %d bytes", want, n, b)
 				return d
 			}
-			set("16777216", ipam.AutoPoolCreate)
-			d := set("1", ipam.AutoPoolShrink)
+			set("16777216", subnet.Create)
+			d := set("1", subnet.Shrink)
 			require.Equal(t, 1, d.Pool.Size())
-			set("16777216", ipam.AutoPoolGrow)
+			set("16777216", subnet.Grow)
 			require.Equal(t, 16777216, m.AutoPools()[0].Size())
-			var ds []ipam.AutoPoolDecision
+			var ds []subnet.Decision
 			b := allocated(func() {
 				ds, err = m.DeleteApplication(ctx, ssApp("Deployment", "huge", ssUID, 1, nil).AppRef)
 			})
 			require.NoError(t, err)
 			dd := ssOnly(t, ds)
-			require.Equal(t, ipam.AutoPoolDelete, dd.Action, dd.String())
+			require.Equal(t, subnet.Delete, dd.Action, dd.String())
 			require.LessOrEqualf(t, b, uint64(bound), "delete allocated %d bytes", b)
 			require.Empty(t, m.AutoPools())
 			require.Equal(t, int64(0), m.Status()[0].AllocatedIPCount)
@@ -719,14 +720,14 @@ func TestSubnetManagerHugePoolBounded(t *testing.T) {
 // pool (issue 26 case 6). The second application is set from within the
 // first one's Apply, when the first pool is decided but not served yet.
 func TestSubnetManagerNameReserved(t *testing.T) {
-	a := ssApp("Deployment", "web", "11111111-1111-4111-8111-abcde0000001", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, ipam.AnnotationIPNumber, "2"))
+	a := ssApp("Deployment", "web", "11111111-1111-4111-8111-abcde0000001", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6"]}`, subnet.AnnotationIPNumber, "2"))
 	a.Namespace = "team-a"
-	b := ssApp("Deployment", "web", "22222222-2222-4222-8222-abcde0000002", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-7"]}`, ipam.AnnotationIPNumber, "2"))
+	b := ssApp("Deployment", "web", "22222222-2222-4222-8222-abcde0000002", 1, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-7"]}`, subnet.AnnotationIPNumber, "2"))
 	b.Namespace = "team-b"
-	var m *ipam.SubnetManager
-	var inner []ipam.AutoPoolDecision
+	var m *subnet.Manager
+	var inner []subnet.Decision
 	var once sync.Once
-	apply := func(ctx context.Context, d *ipam.AutoPoolDecision) error {
+	apply := func(ctx context.Context, d *subnet.Decision) error {
 		if d.App.UID == a.UID {
 			once.Do(func() {
 				var err error
@@ -736,17 +737,17 @@ func TestSubnetManagerNameReserved(t *testing.T) {
 		}
 		return nil
 	}
-	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{ssSubnet6(), ssSubnet7()}, Claims: memstore.New(), Apply: apply})
+	m, err := subnet.NewManager(subnet.ManagerOptions{Subnets: []*subnet.Subnet{ssSubnet6(), ssSubnet7()}, Claims: memstore.New(), Apply: apply})
 	require.NoError(t, err)
 	d := ssOnly(t, mustSetApp(t, m, a))
 	require.Equal(t, "auto4-web-eth0-abcde", d.PoolName())
 	di := ssOnly(t, inner)
-	require.Equal(t, ipam.AutoPoolCreate, di.Action)
+	require.Equal(t, subnet.Create, di.Action)
 	require.Equal(t, "auto4-web-eth0-abcde0000002", di.PoolName())
 	require.Len(t, m.AutoPools(), 2)
-	for i, subnet := range []string{"subnet-6", "subnet-7"} {
-		app := []ipam.Application{a, b}[i]
-		_, err := m.AutoPool(&ipam.Request{App: app.AppRef}, "eth0", 4, subnet)
+	for i, sn := range []string{"subnet-6", "subnet-7"} {
+		app := []subnet.Application{a, b}[i]
+		_, err := m.AutoPool(&ipam.Request{App: app.AppRef}, "eth0", 4, sn)
 		require.NoError(t, err)
 	}
 }

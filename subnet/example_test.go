@@ -1,4 +1,4 @@
-package ipam_test
+package subnet_test
 
 import (
 	"context"
@@ -8,33 +8,34 @@ import (
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/store/memstore"
+	"github.com/ipamkit/ipam/subnet"
 )
 
-// DecideAutoPools says what SpiderSubnet does about the applications and the
+// Decide says what SpiderSubnet does about the applications and the
 // pools that exist: here a Deployment of 2 replicas gets a pool of 3
 // addresses ("+1"), and a second one asks for more than is left.
-func ExampleDecideAutoPools() {
-	subnet := ipam.MustParseSubnet(`{"name":"subnet-6","subnet":"10.6.0.0/16","gateway":"10.6.0.1",
+func ExampleDecide() {
+	sn := subnet.MustParse(`{"name":"subnet-6","subnet":"10.6.0.0/16","gateway":"10.6.0.1",
 		"ips":["10.6.168.101-10.6.168.110"]}`)
-	snap, err := ipam.NewAutoPoolSnapshot([]*ipam.Subnet{subnet}, nil, nil, nil, nil)
+	snap, err := subnet.NewSnapshot([]*subnet.Subnet{sn}, nil, nil, nil, nil)
 	if err != nil {
 		panic(err)
 	}
-	deployment := func(name, uid string, replicas int, number string) ipam.Application {
-		return ipam.Application{
+	deployment := func(name, uid string, replicas int, number string) subnet.Application {
+		return subnet.Application{
 			AppRef: ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: name, UID: uid},
 			Annotations: map[string]string{
-				ipam.AnnotationSubnet:   `{"ipv4":["subnet-6"]}`,
-				ipam.AnnotationIPNumber: number,
+				ipam.AnnotationSubnet:     `{"ipv4":["subnet-6"]}`,
+				subnet.AnnotationIPNumber: number,
 			},
 			Replicas: &replicas,
 		}
 	}
-	apps := []ipam.Application{
+	apps := []subnet.Application{
 		deployment("web", "6f1d-00000-a5bd3c", 2, "+1"),
 		deployment("batch", "77aa-11111-b0b0b0", 9, "+0"),
 	}
-	for _, d := range ipam.DecideAutoPools(apps, snap, ipam.AutoPoolOptions{}) {
+	for _, d := range subnet.Decide(apps, snap, subnet.Options{}) {
 		fmt.Println(d.String())
 		if d.Pool != nil {
 			fmt.Println("\tips:", d.Pool.Pool.IPs)
@@ -46,14 +47,34 @@ func ExampleDecideAutoPools() {
 	// wait (Deployment default/batch eth0 IPv4, subnet "subnet-6"): insufficient free addresses: 9 wanted, 7 left (Spiderpool: insufficient subnet FreeIPs, required '9' but only left '7'); retried when addresses are given back
 }
 
-// A SubnetManager creates an application's pools when it is told about the
+// A Decision's String says what it does, to which pool of which
+// application, and why.
+func ExampleDecision_String() {
+	sn := subnet.MustParse(`{"name":"subnet-6","subnet":"10.6.0.0/16","ips":["10.6.168.101-10.6.168.110"]}`)
+	snap, err := subnet.NewSnapshot([]*subnet.Subnet{sn}, nil, nil, nil, nil)
+	if err != nil {
+		panic(err)
+	}
+	replicas := 2
+	app := subnet.Application{
+		AppRef:      ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "app", UID: "6f1d-00000-a5bd3c"},
+		Annotations: map[string]string{ipam.AnnotationSubnet: `{"ipv4":["subnet-6"]}`, subnet.AnnotationIPNumber: "+1"},
+		Replicas:    &replicas,
+	}
+	d := subnet.Decide([]subnet.Application{app}, snap, subnet.Options{})[0]
+	fmt.Println(d.String())
+	// Output:
+	// create auto4-app-eth0-a5bd3 (Deployment default/app eth0 IPv4, subnet "subnet-6"): 3 addresses for 2 pods and ipam.spidernet.io/ippool-ip-number "+1"
+}
+
+// A Manager creates an application's pools when it is told about the
 // application, and serves them to an Allocator: a pod's pool is ready when
 // its allocation arrives, or the allocation fails at once saying why.
-func ExampleSubnetManager() {
+func ExampleManager() {
 	ctx := context.Background()
 	claims := memstore.New()
-	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{
-		Subnets: []*ipam.Subnet{ipam.MustParseSubnet(`{"name":"subnet-6","subnet":"10.6.0.0/16","gateway":"10.6.0.1",
+	m, err := subnet.NewManager(subnet.ManagerOptions{
+		Subnets: []*subnet.Subnet{subnet.MustParse(`{"name":"subnet-6","subnet":"10.6.0.0/16","gateway":"10.6.0.1",
 			"ips":["10.6.168.101-10.6.168.110"]}`)},
 		Claims: claims,
 	})
@@ -65,7 +86,7 @@ func ExampleSubnetManager() {
 		panic(err)
 	}
 	replicas := 2
-	app := ipam.Application{
+	app := subnet.Application{
 		AppRef:      ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web", UID: "6f1d-00000-a5bd3c"},
 		Annotations: map[string]string{ipam.AnnotationSubnet: `{"ipv4":["subnet-6"]}`},
 		Replicas:    &replicas,

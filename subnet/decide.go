@@ -1,4 +1,4 @@
-package ipam
+package subnet
 
 import (
 	"errors"
@@ -9,71 +9,74 @@ import (
 
 	"go4.org/netipx"
 
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/internal/k8slabel"
+	"github.com/ipamkit/ipam/internal/u128"
 	"github.com/ipamkit/ipam/store"
 )
 
-// This file decides what SpiderSubnet does about auto-pools: DecideAutoPools
+// This file decides what SpiderSubnet does about auto-pools: Decide
 // is a pure function from the applications, the subnets and the pools that
-// exist (an AutoPoolSnapshot) to one decision per pool: create it with the
+// exist (a Snapshot) to one decision per pool: create it with the
 // lowest free addresses of its subnet, grow it, shrink it, refresh its
-// labels, keep it, wait, or reclaim it. SubnetManager applies the same
+// labels, keep it, wait, or reclaim it. Manager applies the same
 // decisions as applications and pods come and go.
 //
 // The rules are Spiderpool's (its subnet manager and application
 // controller); where the library differs, the difference is spelled out at
 // the rule and listed in the README.
 
-// AutoPoolAction is what a decision does to a pool.
-type AutoPoolAction string
+// Action is what a decision does to a pool.
+type Action string
 
-// Actions of an AutoPoolDecision.
+// Actions of a Decision.
 const (
-	// AutoPoolCreate: a new pool with the lowest free addresses of its
+	// Create: a new pool with the lowest free addresses of its
 	// subnet.
-	AutoPoolCreate AutoPoolAction = "create"
-	// AutoPoolGrow: the pool keeps its addresses and gains the lowest free
+	Create Action = "create"
+	// Grow: the pool keeps its addresses and gains the lowest free
 	// addresses of its subnet.
-	AutoPoolGrow AutoPoolAction = "grow"
-	// AutoPoolShrink: the pool gives back its lowest addresses that no pod
+	Grow Action = "grow"
+	// Shrink: the pool gives back its lowest addresses that no pod
 	// uses.
-	AutoPoolShrink AutoPoolAction = "shrink"
-	// AutoPoolUpdate: same addresses; the labels change (a new application
+	Shrink Action = "shrink"
+	// Update: same addresses; the labels change (a new application
 	// UID, reclaim, or the size annotation).
-	AutoPoolUpdate AutoPoolAction = "update"
-	// AutoPoolKeep: nothing to change.
-	AutoPoolKeep AutoPoolAction = "keep"
-	// AutoPoolSkip: the application gets no pool (its pods use the host's
+	Update Action = "update"
+	// Keep: nothing to change.
+	Keep Action = "keep"
+	// Skip: the application gets no pool (its pods use the host's
 	// network).
-	AutoPoolSkip AutoPoolAction = "skip"
-	// AutoPoolWait: the change cannot be made yet; Err wraps ErrNotReady and
+	Skip Action = "skip"
+	// Wait: the change cannot be made yet; Err wraps ErrNotReady and
 	// says what it waits for. Nothing changes.
-	AutoPoolWait AutoPoolAction = "wait"
-	// AutoPoolTerminate: the application is gone and the pool is reclaimed,
+	Wait Action = "wait"
+	// Terminate: the application is gone and the pool is reclaimed,
 	// but pods still use some of its addresses: no new allocation from it,
 	// deleted once they are released.
-	AutoPoolTerminate AutoPoolAction = "terminate"
-	// AutoPoolDelete: the pool is deleted and its addresses go back to the
+	Terminate Action = "terminate"
+	// Delete: the pool is deleted and its addresses go back to the
 	// subnet.
-	AutoPoolDelete AutoPoolAction = "delete"
-	// AutoPoolFail: the application asks for something that cannot be done
+	Delete Action = "delete"
+	// Fail: the application asks for something that cannot be done
 	// (Err says what, naming the annotation or field and its value). Nothing
 	// is created or changed.
-	AutoPoolFail AutoPoolAction = "fail"
+	Fail Action = "fail"
 )
 
-// AutoPoolDecision is what to do about one auto-pool: one interface and IP
+// Decision is what to do about one auto-pool: one interface and IP
 // family of an application, or a pool whose application is gone.
 //
-// The zero AutoPoolDecision decides nothing. It is a plain value.
-type AutoPoolDecision struct {
-	App       AppRef
+// The zero Decision decides nothing. It is a plain value.
+type Decision struct {
+	App       ipam.AppRef
 	Interface string
 	Family    int
 	Subnet    string
-	Action    AutoPoolAction
-	// Pool is the pool as the action leaves it (for AutoPoolTerminate, marked
-	// Terminating; for AutoPoolDelete, the pool deleted); for AutoPoolWait
-	// and AutoPoolFail, the pool as it is, or nil if there is none.
+	Action    Action
+	// Pool is the pool as the action leaves it (for Terminate, marked
+	// Terminating; for Delete, the pool deleted); for Wait
+	// and Fail, the pool as it is, or nil if there is none.
 	Pool *AutoPool
 	// Desired is the number of addresses the pool should have; 0 for a
 	// reclaimed pool.
@@ -83,12 +86,12 @@ type AutoPoolDecision struct {
 	Added, Removed []netipx.IPRange
 	// Message says why, for people.
 	Message string
-	// Err is set for AutoPoolWait (wrapping ErrNotReady) and AutoPoolFail.
+	// Err is set for Wait (wrapping ErrNotReady) and Fail.
 	Err error
 }
 
 // PoolName returns the name of the decision's pool, or "".
-func (d *AutoPoolDecision) PoolName() string {
+func (d *Decision) PoolName() string {
 	if d.Pool == nil || d.Pool.Pool == nil {
 		return ""
 	}
@@ -96,8 +99,9 @@ func (d *AutoPoolDecision) PoolName() string {
 }
 
 // String returns, for example, `create auto4-app-eth0-a5bd3 (Deployment
-// default/app eth0 IPv4, subnet "subnet-6"): 3 addresses for 2 pods and "+1"`.
-func (d *AutoPoolDecision) String() string {
+// default/app eth0 IPv4, subnet "subnet-6"): 3 addresses for 2 pods and
+// ipam.spidernet.io/ippool-ip-number "+1"` (see the example).
+func (d *Decision) String() string {
 	var b strings.Builder
 	b.WriteString(string(d.Action))
 	if n := d.PoolName(); n != "" {
@@ -120,9 +124,9 @@ func (d *AutoPoolDecision) String() string {
 	return b.String()
 }
 
-// AutoPoolOptions tune the auto-pool decisions. The zero AutoPoolOptions is
+// Options tune the auto-pool decisions. The zero Options is
 // Spiderpool's default configuration. It is a plain value.
-type AutoPoolOptions struct {
+type Options struct {
 	// DefaultIPNumber sizes the pools of applications that set no
 	// AnnotationIPNumber, in its syntax: Spiderpool's Helm value
 	// ipam.spiderSubnet.autoPool.defaultRedundantIPNumber N is "+N". Empty
@@ -131,73 +135,73 @@ type AutoPoolOptions struct {
 }
 
 // Validate checks DefaultIPNumber.
-func (o AutoPoolOptions) Validate() error {
+func (o Options) Validate() error {
 	if o.DefaultIPNumber == "" {
 		return nil
 	}
 	if _, err := ParseIPNumber(o.DefaultIPNumber); err != nil {
-		return &FieldError{Object: "auto-pool options", Field: "DefaultIPNumber", Value: o.DefaultIPNumber, Reason: err.(*AnnotationError).Reason}
+		return &ipam.FieldError{Object: "auto-pool options", Field: "DefaultIPNumber", Value: o.DefaultIPNumber, Reason: err.(*ipam.AnnotationError).Reason}
 	}
 	return nil
 }
 
 // defaultNumber returns DefaultIPNumber parsed; "+1" when empty or invalid.
-func (o AutoPoolOptions) defaultNumber() IPNumber {
+func (o Options) defaultNumber() IPNumber {
 	if n, err := ParseIPNumber(o.DefaultIPNumber); err == nil {
 		return n
 	}
 	return IPNumber{N: 1, Relative: true}
 }
 
-// AutoPoolSnapshot is what exists at one moment: subnets, the pools written
+// Snapshot is what exists at one moment: subnets, the pools written
 // by hand, the auto-pools, the reserved addresses, and the claims of the
 // auto-pools' addresses (which addresses pods use). Build it with
-// NewAutoPoolSnapshot.
+// NewSnapshot.
 //
-// The zero AutoPoolSnapshot has no subnet. An *AutoPoolSnapshot is
+// The zero Snapshot has no subnet. An *Snapshot is
 // immutable and safe for concurrent use.
-type AutoPoolSnapshot struct {
+type Snapshot struct {
 	subnets  map[string]*Subnet
-	pools    map[string]*Pool // every pool, by name
-	all      []*Pool          // every pool: the free addresses of a subnet are those no pool has
+	pools    map[string]*ipam.Pool // every pool, by name
+	all      []*ipam.Pool          // every pool: the free addresses of a subnet are those no pool has
 	auto     []*AutoPool
 	byUID    map[string][]*AutoPool
 	reserved [2]*netipx.IPSet // IPv4, IPv6
 	used     map[string]*netipx.IPSet
 }
 
-// NewAutoPoolSnapshot returns the snapshot of subnets, pools (written by
+// NewSnapshot returns the snapshot of subnets, pools (written by
 // hand), autoPools, reserved addresses and claims. It checks everything at
-// once: subnets and pools by ValidateSubnets and ValidatePools (auto-pools
+// once: subnets and pools by ValidateAll and ValidatePools (auto-pools
 // included), each auto-pool's subnet exists and has the pool's CIDR, its
 // application is named, and reserved objects are valid. Claims are matched to
 // pools by pool name; claims of other pools are ignored.
-func NewAutoPoolSnapshot(subnets []*Subnet, pools []*Pool, autoPools []*AutoPool, reserved []*ReservedIP, claims []store.Claim) (*AutoPoolSnapshot, error) {
+func NewSnapshot(subnets []*Subnet, pools []*ipam.Pool, autoPools []*AutoPool, reserved []*ipam.ReservedIP, claims []store.Claim) (*Snapshot, error) {
 	all := slices.Clone(pools)
 	var errs []error
 	for i, a := range autoPools {
 		if a == nil || a.Pool == nil {
-			errs = append(errs, &FieldError{Field: fmt.Sprintf("autoPools[%d]", i), Reason: "nil auto-pool"})
+			errs = append(errs, &ipam.FieldError{Field: fmt.Sprintf("autoPools[%d]", i), Reason: "nil auto-pool"})
 			continue
 		}
 		all = append(all, a.Pool)
 	}
-	if err := ValidatePools(all); err != nil {
+	if err := ipam.ValidatePools(all); err != nil {
 		errs = append(errs, err)
 	}
-	if err := ValidateSubnets(subnets, all); err != nil {
+	if err := ValidateAll(subnets, all); err != nil {
 		errs = append(errs, err)
 	}
 	for i, r := range reserved {
 		if r == nil {
-			errs = append(errs, &FieldError{Field: fmt.Sprintf("reserved[%d]", i), Reason: "nil reservedIP"})
+			errs = append(errs, &ipam.FieldError{Field: fmt.Sprintf("reserved[%d]", i), Reason: "nil reservedIP"})
 		} else if err := r.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	s := &AutoPoolSnapshot{
+	s := &Snapshot{
 		subnets: make(map[string]*Subnet, len(subnets)),
-		pools:   make(map[string]*Pool, len(all)),
+		pools:   make(map[string]*ipam.Pool, len(all)),
 		all:     all,
 		byUID:   make(map[string][]*AutoPool),
 		used:    make(map[string]*netipx.IPSet),
@@ -216,13 +220,13 @@ func NewAutoPoolSnapshot(subnets []*Subnet, pools []*Pool, autoPools []*AutoPool
 		if a == nil || a.Pool == nil {
 			continue
 		}
-		fe := &fieldErrors{object: a.Pool.object()}
+		fe := &fieldErrors{object: poolObject(a.Pool)}
 		if sn, ok := s.subnets[a.Subnet]; !ok {
 			fe.add("metadata.labels."+LabelOwnerSubnet, a.Subnet, "no such subnet")
 		} else if sn.Subnet != a.Pool.Subnet {
 			fe.add("subnet", a.Pool.Subnet.String(), "not the CIDR of its subnet %q, %s", sn.Name, sn.Subnet)
 		}
-		a.App.validate(fe)
+		validateApp(a.App, fe)
 		if a.Interface == "" {
 			fe.add("metadata.labels."+LabelInterface, "", "required")
 		}
@@ -236,7 +240,7 @@ func NewAutoPoolSnapshot(subnets []*Subnet, pools []*Pool, autoPools []*AutoPool
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	s.reserved = [2]*netipx.IPSet{ReservedSet(4, reserved), ReservedSet(6, reserved)}
+	s.reserved = [2]*netipx.IPSet{ipam.ReservedSet(4, reserved), ipam.ReservedSet(6, reserved)}
 	builders := make(map[string]*netipx.IPSetBuilder)
 	for _, c := range claims {
 		if _, ok := s.pools[c.Pool]; !ok {
@@ -255,15 +259,14 @@ func NewAutoPoolSnapshot(subnets []*Subnet, pools []*Pool, autoPools []*AutoPool
 	return s, nil
 }
 
-// AutoPoolView is what the auto-pool decisions read about the cluster. An
-// AutoPoolSnapshot is one, built from lists; SubnetManager keeps its own; a
-// controller can implement one over informer caches and indexes, so that a
-// decision about one application costs what that application touches, not
-// what the cluster holds (see DecideApplication).
+// view is what the auto-pool decisions read about the cluster. A Snapshot
+// is one, built from lists; Manager keeps its own, so that a decision about
+// one application costs what that application touches, not what the
+// cluster holds (see decideApplication).
 //
 // A view must be consistent for the length of one decision: a runner that
 // applies decisions concurrently serialises those that touch one subnet.
-type AutoPoolView interface {
+type view interface {
 	// Subnet returns the subnet of that name.
 	Subnet(name string) (*Subnet, bool)
 	// FreeAddresses returns the addresses of s that no pool has and no
@@ -279,7 +282,7 @@ type AutoPoolView interface {
 	// that an earlier application of the same group, kind, namespace and name
 	// as app kept (reclaim false) when it went: the pools app may reuse.
 	// The decisions check each again, so a view may return more.
-	KeptAutoPools(app AppRef, iface string, family int, subnet string) []*AutoPool
+	KeptAutoPools(app ipam.AppRef, iface string, family int, subnet string) []*AutoPool
 	// UsedAddresses returns the addresses of a that pods hold (their claims
 	// in the Store), or an error if they cannot be read: then a decides no
 	// shrink and no deletion.
@@ -288,28 +291,28 @@ type AutoPoolView interface {
 	Reserved(family int) *netipx.IPSet
 }
 
-// Subnet implements AutoPoolView.
-func (s *AutoPoolSnapshot) Subnet(name string) (*Subnet, bool) {
+// Subnet implements the decisions' view.
+func (s *Snapshot) Subnet(name string) (*Subnet, bool) {
 	sn, ok := s.subnets[name]
 	return sn, ok
 }
 
-// PoolExists implements AutoPoolView.
-func (s *AutoPoolSnapshot) PoolExists(name string) bool { _, ok := s.pools[name]; return ok }
+// PoolExists implements the decisions' view.
+func (s *Snapshot) PoolExists(name string) bool { _, ok := s.pools[name]; return ok }
 
-// AutoPoolsOf implements AutoPoolView.
-func (s *AutoPoolSnapshot) AutoPoolsOf(uid string) []*AutoPool { return s.byUID[uid] }
+// AutoPoolsOf implements the decisions' view.
+func (s *Snapshot) AutoPoolsOf(uid string) []*AutoPool { return s.byUID[uid] }
 
-// Reserved implements AutoPoolView.
-func (s *AutoPoolSnapshot) Reserved(fam int) *netipx.IPSet { return s.reserved[familyIndex(fam)] }
+// Reserved implements the decisions' view.
+func (s *Snapshot) Reserved(fam int) *netipx.IPSet { return s.reserved[familyIndex(fam)] }
 
-// FreeAddresses implements AutoPoolView. It costs O(pools).
-func (s *AutoPoolSnapshot) FreeAddresses(sn *Subnet) *netipx.IPSet {
+// FreeAddresses implements the decisions' view. It costs O(pools).
+func (s *Snapshot) FreeAddresses(sn *Subnet) *netipx.IPSet {
 	var b netipx.IPSetBuilder
 	b.AddSet(sn.Usable())
 	for _, p := range s.all {
 		if p != nil && p.Family() == sn.Family() {
-			b.RemoveSet(p.usable(nil))
+			b.RemoveSet(p.Addresses())
 		}
 	}
 	if r := s.reserved[familyIndex(sn.Family())]; r != nil {
@@ -319,8 +322,8 @@ func (s *AutoPoolSnapshot) FreeAddresses(sn *Subnet) *netipx.IPSet {
 	return set
 }
 
-// KeptAutoPools implements AutoPoolView.
-func (s *AutoPoolSnapshot) KeptAutoPools(app AppRef, iface string, family int, subnet string) []*AutoPool {
+// KeptAutoPools implements the decisions' view.
+func (s *Snapshot) KeptAutoPools(app ipam.AppRef, iface string, family int, subnet string) []*AutoPool {
 	var out []*AutoPool
 	for _, a := range s.auto {
 		if keptFor(a, app, iface, family, subnet) {
@@ -330,9 +333,9 @@ func (s *AutoPoolSnapshot) KeptAutoPools(app AppRef, iface string, family int, s
 	return out
 }
 
-// UsedAddresses implements AutoPoolView: the addresses of the claims given
-// to NewAutoPoolSnapshot.
-func (s *AutoPoolSnapshot) UsedAddresses(a *AutoPool) (*netipx.IPSet, error) {
+// UsedAddresses implements the decisions' view: the addresses of the claims given
+// to NewSnapshot.
+func (s *Snapshot) UsedAddresses(a *AutoPool) (*netipx.IPSet, error) {
 	u := s.used[a.Name()]
 	if u == nil {
 		return new(netipx.IPSet), nil
@@ -344,10 +347,10 @@ func (s *AutoPoolSnapshot) UsedAddresses(a *AutoPool) (*netipx.IPSet, error) {
 // family from subnet: its reclaim is false, it is not terminating, and it
 // was made for another application of the same group, kind, namespace and
 // name (Spiderpool looks such pools up by labels without the UID).
-func keptFor(a *AutoPool, app AppRef, iface string, family int, subnet string) bool {
+func keptFor(a *AutoPool, app ipam.AppRef, iface string, family int, subnet string) bool {
 	return !a.Reclaim && !a.Pool.Terminating && a.App.UID != app.UID &&
-		a.App.Group() == app.Group() && labelValue(a.App.Kind) == labelValue(app.Kind) &&
-		labelValue(a.App.Namespace) == labelValue(app.Namespace) && labelValue(a.App.Name) == labelValue(app.Name) &&
+		a.App.Group() == app.Group() && k8slabel.Value(a.App.Kind) == k8slabel.Value(app.Kind) &&
+		k8slabel.Value(a.App.Namespace) == k8slabel.Value(app.Namespace) && k8slabel.Value(a.App.Name) == k8slabel.Value(app.Name) &&
 		a.Interface == iface && a.Family() == family && a.Subnet == subnet
 }
 
@@ -358,16 +361,16 @@ func familyIndex(fam int) int {
 	return 0
 }
 
-// DecideAutoPools decides, for every application of apps and every auto-pool
+// Decide decides, for every application of apps and every auto-pool
 // of snap, what to do, and returns the decisions: each application's in the
 // order of apps and of its interfaces (IPv4 before IPv6), then those of the
 // pools no application accounts for. It reads no clock and touches no store.
 // An invalid opts.DefaultIPNumber counts as "+1".
 //
 // For each application whose pod template has the subnet annotations (see
-// ParseAutoPoolConfig), one pool per interface and family it names:
+// ParseConfig), one pool per interface and family it names:
 //
-//  1. Bad input fails the whole application and changes nothing (AutoPoolFail,
+//  1. Bad input fails the whole application and changes nothing (Fail,
 //     Err naming the annotation or field and the value): malformed
 //     annotations; an unknown subnet, a subnet of the other family, or one
 //     being deleted; two interfaces on one subnet; two interfaces whose
@@ -376,7 +379,7 @@ func familyIndex(fam int) int {
 //     ippool-ip-number (Spiderpool: "only supports fixed auto-created
 //     IPPool IP Number"), or with "+N" when its replica count is unknown.
 //     Its existing pools are kept as they are.
-//  2. hostNetwork: no pool (AutoPoolSkip); existing pools are kept.
+//  2. hostNetwork: no pool (Skip); existing pools are kept.
 //  3. The size is ippool-ip-number (or opts.DefaultIPNumber) over the pod
 //     count (Application.PodCount).
 //  4. The pool is the application's own (labelled with its UID), else a pool
@@ -385,18 +388,18 @@ func familyIndex(fam int) int {
 //     rewritten and the pool resized), else a new one with the subnet's
 //     lowest free addresses: its addresses less every pool's, less the
 //     reserved addresses of the family. The new pool is named by
-//     AutoPoolName, Spiderpool's name, unless a pool has that name or
+//     Spiderpool's name (the first of AutoPoolNames), unless a pool has that name or
 //     another create of the same call takes it (two applications whose
 //     UIDs share five characters): then by the next of AutoPoolNames that
-//     is free, or, if none is, it waits (AutoPoolWait). No two creates of
+//     is free, or, if none is, it waits (Wait). No two creates of
 //     one call have one name, whatever the input.
 //  5. Too small: it grows by the lowest free addresses, keeping its own.
 //     Too big: it gives back its lowest addresses that no pod holds, if
-//     enough are free; otherwise it waits (AutoPoolWait) until pods release
-//     theirs. Same size: AutoPoolUpdate if the labels change, else
-//     AutoPoolKeep.
+//     enough are free; otherwise it waits (Wait) until pods release
+//     theirs. Same size: Update if the labels change, else
+//     Keep.
 //  6. If the subnet has too few free addresses, the pool waits
-//     (AutoPoolWait, Spiderpool's "insufficient subnet FreeIPs"). An
+//     (Wait, Spiderpool's "insufficient subnet FreeIPs"). An
 //     application's pools take addresses all or none: if one cannot, none
 //     of its pools is created or grown.
 //  7. An application whose pods now name another subnet than its pool's
@@ -406,15 +409,15 @@ func familyIndex(fam int) int {
 // Every auto-pool that no application accounts for (its application is not
 // in apps, has another UID, or no longer asks for that interface) is
 // reclaimed if its reclaim label is true: deleted when no pod holds one of
-// its addresses (AutoPoolDelete), else AutoPoolTerminate (then AutoPoolWait
+// its addresses (Delete), else Terminate (then Wait
 // while it is Terminating). With reclaim false it is kept for reuse.
 //
 // Addresses given back (shrinks, deletions) are free for the applications'
 // new addresses in the same call: the result is where Spiderpool's
 // controller, which retries waiting applications, ends up.
-func DecideAutoPools(apps []Application, snap *AutoPoolSnapshot, opts AutoPoolOptions) []AutoPoolDecision {
+func Decide(apps []Application, snap *Snapshot, opts Options) []Decision {
 	if snap == nil {
-		snap = &AutoPoolSnapshot{}
+		snap = &Snapshot{}
 	}
 	e := newAutoPoolEngine(snap, opts)
 	plans := make([]*appPlan, len(apps))
@@ -423,8 +426,8 @@ func DecideAutoPools(apps []Application, snap *AutoPoolSnapshot, opts AutoPoolOp
 	for i := range apps {
 		if app := &apps[i]; app.UID != "" && uids[app.UID] {
 			plans[i] = &appPlan{app: app}
-			plans[i].fail(AutoPoolDecision{App: app.AppRef}, &AutoPoolError{App: app.AppRef,
-				Reason: fmt.Sprintf("uid %q: the same application is listed twice", app.UID), Err: ErrInvalid})
+			plans[i].fail(Decision{App: app.AppRef}, &ipam.AutoPoolError{App: app.AppRef,
+				Reason: fmt.Sprintf("uid %q: the same application is listed twice", app.UID), Err: ipam.ErrInvalid})
 			continue
 		}
 		uids[apps[i].UID] = true
@@ -438,7 +441,7 @@ func DecideAutoPools(apps []Application, snap *AutoPoolSnapshot, opts AutoPoolOp
 			e.release(&p.decisions[i])
 		}
 	}
-	var orphans []AutoPoolDecision
+	var orphans []Decision
 	for _, a := range snap.auto {
 		if owned[a] {
 			continue
@@ -447,7 +450,7 @@ func DecideAutoPools(apps []Application, snap *AutoPoolSnapshot, opts AutoPoolOp
 		e.release(&d)
 		orphans = append(orphans, d)
 	}
-	var out []AutoPoolDecision
+	var out []Decision
 	for _, p := range plans {
 		e.take(p)
 		out = append(out, p.decisions...)
@@ -455,8 +458,8 @@ func DecideAutoPools(apps []Application, snap *AutoPoolSnapshot, opts AutoPoolOp
 	return append(out, orphans...)
 }
 
-// DecideApplication decides about the pools of one application by the rules
-// of DecideAutoPools, reading only what the application touches through v:
+// decideApplication decides about the pools of one application by the rules
+// of Decide, reading only what the application touches through v:
 // for a runner that reacts to one application's change. Pools of other
 // applications are not judged; the application's own pools it no longer
 // accounts for (an interface or the annotations dropped) are reclaimed.
@@ -464,7 +467,7 @@ func DecideAutoPools(apps []Application, snap *AutoPoolSnapshot, opts AutoPoolOp
 // grows: apply those first, and if one cannot be applied (a pod took an
 // address meanwhile), decide again before applying the rest. A nil app
 // decides nothing.
-func DecideApplication(app *Application, v AutoPoolView, opts AutoPoolOptions) []AutoPoolDecision {
+func decideApplication(app *Application, v view, opts Options) []Decision {
 	if app == nil || v == nil {
 		return nil
 	}
@@ -484,20 +487,20 @@ func DecideApplication(app *Application, v AutoPoolView, opts AutoPoolOptions) [
 	return p.decisions
 }
 
-// DecideReclaim decides about auto-pool a, whose application is gone, by the
-// rules of DecideAutoPools: keep it (reclaim false), delete it (no pod holds
+// decideReclaim decides about auto-pool a, whose application is gone, by the
+// rules of Decide: keep it (reclaim false), delete it (no pod holds
 // one of its addresses), terminate it, or wait while it terminates.
-func DecideReclaim(a *AutoPool, v AutoPoolView) AutoPoolDecision {
+func decideReclaim(a *AutoPool, v view) Decision {
 	if a == nil || a.Pool == nil || v == nil {
-		return AutoPoolDecision{}
+		return Decision{}
 	}
-	return newAutoPoolEngine(v, AutoPoolOptions{}).reclaim(a)
+	return newAutoPoolEngine(v, Options{}).reclaim(a)
 }
 
 // autoPoolEngine makes decisions against a world, keeping its own copy of
 // the subnets' free addresses as decisions take and give back addresses.
 type autoPoolEngine struct {
-	w    AutoPoolView
+	w    view
 	def  IPNumber
 	free map[string]*netipx.IPSet
 	// claimed are the kept pools a plan reuses, so that no two take one.
@@ -507,7 +510,7 @@ type autoPoolEngine struct {
 	names map[string]string
 }
 
-func newAutoPoolEngine(w AutoPoolView, opts AutoPoolOptions) *autoPoolEngine {
+func newAutoPoolEngine(w view, opts Options) *autoPoolEngine {
 	return &autoPoolEngine{w: w, def: opts.defaultNumber(), free: make(map[string]*netipx.IPSet),
 		claimed: make(map[*AutoPool]bool), names: make(map[string]string)}
 }
@@ -539,7 +542,7 @@ func (e *autoPoolEngine) freeName(names []string) (string, []string) {
 }
 
 // nameTaken reports whether a pool has the name n: the view says so, or,
-// for a view that reserves names (SubnetManager's, whose decisions for
+// for a view that reserves names (Manager's, whose decisions for
 // different subnets run in parallel), it cannot reserve n.
 func (e *autoPoolEngine) nameTaken(n string) bool {
 	if r, ok := e.w.(interface{ reserveName(string) bool }); ok {
@@ -551,7 +554,7 @@ func (e *autoPoolEngine) nameTaken(n string) bool {
 // appPlan is one application's decisions, before addresses are taken.
 type appPlan struct {
 	app       *Application
-	decisions []AutoPoolDecision
+	decisions []Decision
 	// takes are the indexes of decisions that need addresses (create, grow).
 	takes []int
 	// owned are the existing pools the plan accounts for, which are not
@@ -561,14 +564,14 @@ type appPlan struct {
 	was map[int]*AutoPool
 }
 
-func (p *appPlan) fail(d AutoPoolDecision, err error) {
-	d.Action, d.Err, d.Message = AutoPoolFail, err, err.Error()
+func (p *appPlan) fail(d Decision, err error) {
+	d.Action, d.Err, d.Message = Fail, err, err.Error()
 	p.decisions = append(p.decisions, d)
 }
 
-func (p *appPlan) wait(d AutoPoolDecision, err *AutoPoolError) {
-	err.Err = ErrNotReady
-	d.Action, d.Err, d.Message = AutoPoolWait, err, err.Reason
+func (p *appPlan) wait(d Decision, err *ipam.AutoPoolError) {
+	err.Err = ipam.ErrNotReady
+	d.Action, d.Err, d.Message = Wait, err, err.Reason
 	p.decisions = append(p.decisions, d)
 }
 
@@ -583,12 +586,12 @@ type autoPoolEntry struct {
 // creates and grows take (see take).
 func (e *autoPoolEngine) plan(app *Application) *appPlan {
 	p := &appPlan{app: app, owned: e.w.AutoPoolsOf(app.UID)}
-	base := AutoPoolDecision{App: app.AppRef}
+	base := Decision{App: app.AppRef}
 	if err := app.Validate(); err != nil {
 		p.fail(base, err)
 		return p
 	}
-	cfg, ok, err := ParseAutoPoolConfig(app.Annotations)
+	cfg, ok, err := ParseConfig(app.Annotations)
 	if !ok {
 		p.owned = nil // no longer asks: its pools are reclaimed
 		return p
@@ -600,7 +603,7 @@ func (e *autoPoolEngine) plan(app *Application) *appPlan {
 	}
 	if app.HostNetwork {
 		d := base
-		d.Action, d.Message = AutoPoolSkip, "its pods use the host's network: no pool"
+		d.Action, d.Message = Skip, "its pods use the host's network: no pool"
 		p.decisions = append(p.decisions, d)
 		return p
 	}
@@ -629,25 +632,25 @@ func (e *autoPoolEngine) plan(app *Application) *appPlan {
 
 // size returns the number of addresses app's pools should have, and how
 // that was worked out.
-func (e *autoPoolEngine) size(app *Application, cfg *AutoPoolConfig) (int, string, error) {
+func (e *autoPoolEngine) size(app *Application, cfg *Config) (int, string, error) {
 	n := e.def
 	if cfg.HasIPNumber {
 		n = cfg.IPNumber
 	}
 	count, known := app.PodCount()
 	fail := func(reason string, sentinel error) (int, string, error) {
-		return 0, "", &AutoPoolError{App: app.AppRef, Reason: reason, Err: sentinel}
+		return 0, "", &ipam.AutoPoolError{App: app.AppRef, Reason: reason, Err: sentinel}
 	}
 	if !app.IsNative() {
 		switch {
 		case !cfg.HasIPNumber:
 			return fail(fmt.Sprintf("annotation %s is required for a third-party controller (%s/%s/%s only supports a fixed auto-created pool size): set a number such as \"5\"",
-				AnnotationIPNumber, app.Kind, app.Namespace, app.Name), ErrInvalid)
+				AnnotationIPNumber, app.Kind, app.Namespace, app.Name), ipam.ErrInvalid)
 		case n.Relative && !known:
 			// Spiderpool reads "+N" as N for third-party controllers, whose
 			// replicas it cannot read; here "+N" needs the count.
 			return fail(fmt.Sprintf("annotation %s %q counts on the pod count of a third-party controller, which is unknown (no replica count from its scale subresource): set a fixed number instead",
-				AnnotationIPNumber, n.String()), ErrInvalid)
+				AnnotationIPNumber, n.String()), ipam.ErrInvalid)
 		}
 	}
 	size := n.Size(count)
@@ -665,13 +668,13 @@ func (e *autoPoolEngine) size(app *Application, cfg *AutoPoolConfig) (int, strin
 
 // entries resolves the pools app asks for, or returns every problem with
 // them.
-func (e *autoPoolEngine) entries(app *Application, cfg *AutoPoolConfig, desired int) ([]autoPoolEntry, []error) {
+func (e *autoPoolEngine) entries(app *Application, cfg *Config, desired int) ([]autoPoolEntry, []error) {
 	var out []autoPoolEntry
 	var errs []error
-	a := annotationParser{key: cfg.Key, value: app.Annotations[cfg.Key]}
+	a := annotation{key: cfg.Key, value: app.Annotations[cfg.Key]}
 	for i, sa := range cfg.Subnets {
 		path := ""
-		if cfg.Key == AnnotationSubnets {
+		if cfg.Key == ipam.AnnotationSubnets {
 			path = jsonIndex(i) + "."
 		}
 		for _, f := range [...]struct {
@@ -686,18 +689,18 @@ func (e *autoPoolEngine) entries(app *Application, cfg *AutoPoolConfig, desired 
 			s, ok := e.w.Subnet(name)
 			switch {
 			case !ok:
-				ae := a.newError(field+": no SpiderSubnet of that name", ErrNotFound)
+				ae := a.newError(field+": no SpiderSubnet of that name", ipam.ErrNotFound)
 				errs = append(errs, ae)
 				continue
 			case s.Family() != f.fam:
-				errs = append(errs, a.newError(fmt.Sprintf("%s: an IPv%d subnet, named for IPv%d", field, s.Family(), f.fam), ErrInvalid))
+				errs = append(errs, a.newError(fmt.Sprintf("%s: an IPv%d subnet, named for IPv%d", field, s.Family(), f.fam), ipam.ErrInvalid))
 				continue
 			case s.Terminating:
-				errs = append(errs, a.newError(field+": the subnet is being deleted", ErrNotFound))
+				errs = append(errs, a.newError(field+": the subnet is being deleted", ipam.ErrNotFound))
 				continue
 			}
 			if total := setSize(s.Usable()); int64(desired) > total {
-				errs = append(errs, &AutoPoolError{App: app.AppRef, Interface: sa.Interface, Family: f.fam, Subnet: s.Name, Err: ErrInvalid,
+				errs = append(errs, &ipam.AutoPoolError{App: app.AppRef, Interface: sa.Interface, Family: f.fam, Subnet: s.Name, Err: ipam.ErrInvalid,
 					Reason: fmt.Sprintf("a pool of %d addresses cannot fit: the subnet has %d in all (totalIPCount); lower %s %q or widen the subnet's ips",
 						desired, total, AnnotationIPNumber, annotationValueOr(app.Annotations, AnnotationIPNumber, e.def.String()))})
 				continue
@@ -711,7 +714,7 @@ func (e *autoPoolEngine) entries(app *Application, cfg *AutoPoolConfig, desired 
 		for j := range i {
 			if o := cfg.Subnets[j].Interface; o != sa.Interface && strings.ToLower(o) == strings.ToLower(sa.Interface) {
 				errs = append(errs, a.newError(fmt.Sprintf("%s.interface %q and %s.interface %q differ only in case, and an auto-pool's name is lower-cased: they would get one pool; rename one",
-					jsonIndex(j), o, jsonIndex(i), sa.Interface), ErrInvalid))
+					jsonIndex(j), o, jsonIndex(i), sa.Interface), ipam.ErrInvalid))
 			}
 		}
 	}
@@ -729,11 +732,11 @@ func annotationValueOr(m map[string]string, key, def string) string {
 }
 
 // planEntry decides app's pool for one interface and family.
-func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, en autoPoolEntry, desired int, why string) {
+func (e *autoPoolEngine) planEntry(p *appPlan, cfg *Config, n IPNumber, en autoPoolEntry, desired int, why string) {
 	app := p.app
-	d := AutoPoolDecision{App: app.AppRef, Interface: en.iface, Family: en.family, Subnet: en.subnet.Name, Desired: desired}
-	aerr := func(reason string) *AutoPoolError {
-		return &AutoPoolError{App: app.AppRef, Interface: en.iface, Family: en.family, Subnet: en.subnet.Name, Pool: d.PoolName(), Reason: reason}
+	d := Decision{App: app.AppRef, Interface: en.iface, Family: en.family, Subnet: en.subnet.Name, Desired: desired}
+	aerr := func(reason string) *ipam.AutoPoolError {
+		return &ipam.AutoPoolError{App: app.AppRef, Interface: en.iface, Family: en.family, Subnet: en.subnet.Name, Pool: d.PoolName(), Reason: reason}
 	}
 	var cur *AutoPool
 	for _, a := range e.w.AutoPoolsOf(app.UID) {
@@ -746,7 +749,7 @@ func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, 
 		p.owned = append(p.owned, cur)
 		err := aerr(fmt.Sprintf("the pod template now names subnet %q, but the application's pool %q is from subnet %q: a running application's subnet does not change (Spiderpool ignores the change too); delete and re-create the application to move it",
 			en.subnet.Name, cur.Name(), cur.Subnet))
-		err.Err = ErrNotSupported
+		err.Err = ipam.ErrNotSupported
 		p.fail(d, err)
 		return
 	}
@@ -775,7 +778,7 @@ func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, 
 			return
 		}
 		e.names[name] = fmt.Sprintf("%s %s IPv%d", app.AppRef.String(), en.iface, en.family)
-		d.Action = AutoPoolCreate
+		d.Action = Create
 		d.Pool = newAutoPool(name, en.subnet, app.AppRef, en.iface, cfg, n, nil)
 		d.Message = why
 		if len(taken) > 0 {
@@ -789,16 +792,16 @@ func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, 
 	next := *cur
 	next.App, next.Reclaim, next.IPNumber = app.AppRef, cfg.Reclaim, n
 	d.Pool = &next
-	size, want := cur.count(), u128{0, uint64(max(desired, 0))}
+	size, want := cur.count(), u128.U128{Lo: uint64(max(desired, 0))}
 	switch {
-	case want.cmp(size) > 0:
-		d.Action, d.Message = AutoPoolGrow, reused+why
+	case want.Cmp(size) > 0:
+		d.Action, d.Message = Grow, reused+why
 		if p.was == nil {
 			p.was = make(map[int]*AutoPool)
 		}
 		p.was[len(p.decisions)] = cur
 		p.takes = append(p.takes, len(p.decisions))
-	case want.cmp(size) < 0:
+	case want.Cmp(size) < 0:
 		used, err := e.w.UsedAddresses(cur)
 		if err != nil {
 			d.Pool = cur
@@ -807,26 +810,26 @@ func (e *autoPoolEngine) planEntry(p *appPlan, cfg *AutoPoolConfig, n IPNumber, 
 			return
 		}
 		var b netipx.IPSetBuilder
-		b.AddSet(cur.Pool.usable(nil))
+		b.AddSet(cur.Pool.Addresses())
 		b.RemoveSet(used)
 		idle, _ := b.IPSet()
-		excess := size.sub(want)
-		if n := setCount(idle); n.less(excess) {
+		excess := size.Sub(want)
+		if n := setCount(idle); n.Less(excess) {
 			d.Pool = cur
 			p.wait(d, aerr(fmt.Sprintf("shrinking from %s to %d addresses (%s) gives back %s, but pods hold %s of the %s, so only %s are free: waits for pods to release theirs",
-				size, desired, why, excess, size.sub(n), size, n)))
+				size, desired, why, excess, size.Sub(n), size, n)))
 			return
 		}
 		removed, _ := takeLowest(idle, excess)
 		var nb netipx.IPSetBuilder
-		nb.AddSet(cur.Pool.usable(nil))
+		nb.AddSet(cur.Pool.Addresses())
 		nb.RemoveSet(removed)
 		d.Pool = withIPs(&next, &nb)
-		d.Action, d.Removed, d.Message = AutoPoolShrink, removed.Ranges(), reused+why
+		d.Action, d.Removed, d.Message = Shrink, removed.Ranges(), reused+why
 	case reused != "" || cur.App.UID != app.UID || cur.Reclaim != cfg.Reclaim || cur.IPNumber != n:
-		d.Action, d.Message = AutoPoolUpdate, reused+why+"; labels refreshed"
+		d.Action, d.Message = Update, reused+why+"; labels refreshed"
 	default:
-		d.Action, d.Message = AutoPoolKeep, why
+		d.Action, d.Message = Keep, why
 		d.Pool = cur
 	}
 	p.decisions = append(p.decisions, d)
@@ -845,7 +848,7 @@ func withIPs(a *AutoPool, b *netipx.IPSetBuilder) *AutoPool {
 
 // release gives the addresses a decision removes back to its subnet's free
 // set, except reserved ones.
-func (e *autoPoolEngine) release(d *AutoPoolDecision) {
+func (e *autoPoolEngine) release(d *Decision) {
 	if len(d.Removed) == 0 {
 		return
 	}
@@ -881,11 +884,11 @@ func (e *autoPoolEngine) take(p *appPlan) {
 			saved[s.Name] = free
 		}
 		have := 0
-		if d.Action == AutoPoolGrow {
+		if d.Action == Grow {
 			have = d.Pool.Size() // less than d.Desired
 		}
 		need := d.Desired - have
-		taken, rest := takeLowest(free, u128{0, uint64(max(need, 0))})
+		taken, rest := takeLowest(free, u128.U128{Lo: uint64(max(need, 0))})
 		if got := setSize(taken); got < int64(need) {
 			for name, f := range saved {
 				e.free[name] = f
@@ -896,7 +899,7 @@ func (e *autoPoolEngine) take(p *appPlan) {
 		}
 		e.free[s.Name] = rest
 		var b netipx.IPSetBuilder
-		b.AddSet(d.Pool.Pool.usable(nil))
+		b.AddSet(d.Pool.Pool.Addresses())
 		b.AddSet(taken)
 		d.Pool = withIPs(d.Pool, &b)
 		d.Added = taken.Ranges()
@@ -913,49 +916,49 @@ func (e *autoPoolEngine) holdBack(p *appPlan, failed int, reason string) {
 		if i != failed {
 			r = fmt.Sprintf("held back with the application's pool for %s IPv%d (subnet %q): %s", f.Interface, f.Family, f.Subnet, reason)
 		}
-		err := &AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: d.PoolName(), Reason: r, Err: ErrNotReady}
+		err := &ipam.AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: d.PoolName(), Reason: r, Err: ipam.ErrNotReady}
 		d.Pool = p.was[i] // nil for a create
-		d.Action, d.Err, d.Message, d.Added = AutoPoolWait, err, r, nil
+		d.Action, d.Err, d.Message, d.Added = Wait, err, r, nil
 	}
 }
 
 // reclaim decides about auto-pool a, which no application accounts for.
-func (e *autoPoolEngine) reclaim(a *AutoPool) AutoPoolDecision {
-	d := AutoPoolDecision{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a}
+func (e *autoPoolEngine) reclaim(a *AutoPool) Decision {
+	d := Decision{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a}
 	if !a.Reclaim {
-		d.Action = AutoPoolKeep
+		d.Action = Keep
 		d.Message = fmt.Sprintf("%s (uid %s) is gone or no longer asks for it, and ippool-reclaim is false: the pool keeps its addresses for the next %s of that namespace and name",
 			a.App.String(), a.App.UID, a.App.Kind)
 		return d
 	}
 	used, err := e.w.UsedAddresses(a)
 	if err != nil {
-		d.Action, d.Err = AutoPoolWait, &AutoPoolError{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a.Name(),
-			Reason: "reading which addresses pods hold: " + err.Error(), Err: ErrNotReady}
+		d.Action, d.Err = Wait, &ipam.AutoPoolError{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a.Name(),
+			Reason: "reading which addresses pods hold: " + err.Error(), Err: ipam.ErrNotReady}
 		d.Message = d.Err.Error()
 		return d
 	}
 	var b netipx.IPSetBuilder
 	b.AddSet(used)
-	b.Intersect(a.Pool.usable(nil))
+	b.Intersect(a.Pool.Addresses())
 	held, _ := b.IPSet()
 	if n := setSize(held); n > 0 {
 		msg := fmt.Sprintf("%s (uid %s) is gone or no longer asks for it, and ippool-reclaim is true, but pods hold %d of its addresses: no new allocation from it; deleted once they are released",
 			a.App.String(), a.App.UID, n)
 		if a.Pool.Terminating {
-			d.Action, d.Message = AutoPoolWait, msg
-			d.Err = &AutoPoolError{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a.Name(), Reason: msg, Err: ErrNotReady}
+			d.Action, d.Message = Wait, msg
+			d.Err = &ipam.AutoPoolError{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a.Name(), Reason: msg, Err: ipam.ErrNotReady}
 			return d
 		}
 		q := *a.Pool
 		q.Terminating = true
 		t := *a
 		t.Pool = &q
-		d.Action, d.Pool, d.Message = AutoPoolTerminate, &t, msg
+		d.Action, d.Pool, d.Message = Terminate, &t, msg
 		return d
 	}
-	d.Action = AutoPoolDelete
-	d.Removed = a.Pool.usable(nil).Ranges()
+	d.Action = Delete
+	d.Removed = a.Pool.Addresses().Ranges()
 	d.Message = fmt.Sprintf("%s (uid %s) is gone or no longer asks for it, and ippool-reclaim is true: its %s addresses go back to the subnet",
 		a.App.String(), a.App.UID, a.count())
 	return d
@@ -963,21 +966,21 @@ func (e *autoPoolEngine) reclaim(a *AutoPool) AutoPoolDecision {
 
 // takeLowest returns the lowest n addresses of set (fewer if it has fewer),
 // and the rest.
-func takeLowest(set *netipx.IPSet, n u128) (taken, rest *netipx.IPSet) {
+func takeLowest(set *netipx.IPSet, n u128.U128) (taken, rest *netipx.IPSet) {
 	var tb, rb netipx.IPSetBuilder
 	rb.AddSet(set)
 	left := n
 	for _, r := range set.Ranges() {
-		if left.isZero() {
+		if left.IsZero() {
 			break
 		}
-		span := rangeSpan(r.From(), r.To())
+		span := u128.Span(r.From(), r.To())
 		to := r.To()
-		if span.less(left) { // the whole range: span+1 <= left
-			left = left.sub(span).subOne()
+		if span.Less(left) { // the whole range: span+1 <= left
+			left = left.Sub(span).SubOne()
 		} else {
-			to = u128From(r.From()).add(left.subOne()).addr(r.From().Is4())
-			left = u128{}
+			to = u128.From(r.From()).Add(left.SubOne()).Addr(r.From().Is4())
+			left = u128.U128{}
 		}
 		tb.AddRange(netipx.IPRangeFrom(r.From(), to))
 		rb.RemoveRange(netipx.IPRangeFrom(r.From(), to))

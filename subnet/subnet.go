@@ -1,4 +1,4 @@
-package ipam
+package subnet
 
 import (
 	"encoding/json"
@@ -10,12 +10,15 @@ import (
 	"strings"
 
 	"go4.org/netipx"
+
+	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/internal/u128"
 )
 
 // This file holds the SpiderSubnet model: the Subnet type, its JSON and
 // validation, the admission rules between subnets and the pools in their
 // CIDRs, and the subnet's status counts. Auto-created pools are in
-// autopool.go, the decisions about them in autopool_decide.go.
+// autopool.go, the decisions about them in decide.go.
 
 // Subnet is a SpiderSubnet spec: a CIDR and the addresses in it (IPs less
 // ExcludeIPs) that SpiderSubnet hands to the pools it controls, the pools
@@ -37,7 +40,7 @@ type Subnet struct {
 	IPs        []netipx.IPRange
 	ExcludeIPs []netipx.IPRange
 	Gateway    netip.Addr
-	Routes     []Route
+	Routes     []ipam.Route
 	// Vlan is spec.vlan; auto-pools do not inherit it (Spiderpool's copy of
 	// it is commented out).
 	Vlan int
@@ -45,10 +48,10 @@ type Subnet struct {
 	Terminating bool
 }
 
-// ParseSubnet parses a SpiderSubnet spec from JSON and validates it (see
+// Parse parses a SpiderSubnet spec from JSON and validates it (see
 // Validate), returning every problem at once, each naming the field and the
 // value.
-func ParseSubnet(data []byte) (*Subnet, error) {
+func Parse(data []byte) (*Subnet, error) {
 	s, fe, err := parseSubnet(data)
 	if err != nil {
 		return nil, err
@@ -59,10 +62,10 @@ func ParseSubnet(data []byte) (*Subnet, error) {
 	return s, nil
 }
 
-// MustParseSubnet is like ParseSubnet but panics on error. For tests and
+// MustParse is like Parse but panics on error. For tests and
 // literals.
-func MustParseSubnet(s string) *Subnet {
-	sn, err := ParseSubnet([]byte(s))
+func MustParse(s string) *Subnet {
+	sn, err := Parse([]byte(s))
 	if err != nil {
 		panic(err)
 	}
@@ -84,18 +87,22 @@ func (s *Subnet) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// parseSubnet parses data as parsePool does (a subnet spec's fields are a
-// subset of a pool spec's), naming the subnet in the problems.
+// parseSubnet parses data as a pool spec (ipam.ParsePoolFields: a subnet
+// spec's fields are a subset of a pool's), naming the subnet in the problems.
 func parseSubnet(data []byte) (*Subnet, *fieldErrors, error) {
-	p, fe, err := parsePool(data)
+	p, problems, err := ipam.ParsePoolFields(data)
 	if err != nil {
 		return nil, nil, err
+	}
+	fe := &fieldErrors{}
+	if problems != nil {
+		fe.errs = unjoin(problems)
 	}
 	s := &Subnet{Name: p.Name, IPVersion: p.IPVersion, Subnet: p.Subnet, IPs: p.IPs, ExcludeIPs: p.ExcludeIPs,
 		Gateway: p.Gateway, Routes: p.Routes, Vlan: p.Vlan, Terminating: p.Terminating}
 	fe.object = s.object()
 	for _, e := range fe.errs {
-		if f, ok := e.(*FieldError); ok {
+		if f, ok := e.(*ipam.FieldError); ok {
 			f.Object = fe.object
 		}
 	}
@@ -109,8 +116,8 @@ func (s Subnet) MarshalJSON() ([]byte, error) {
 }
 
 // pool returns the subnet's spec fields as a pool spec of the same name.
-func (s *Subnet) pool() Pool {
-	return Pool{Name: s.Name, IPVersion: s.IPVersion, Subnet: s.Subnet, IPs: s.IPs, ExcludeIPs: s.ExcludeIPs,
+func (s *Subnet) pool() ipam.Pool {
+	return ipam.Pool{Name: s.Name, IPVersion: s.IPVersion, Subnet: s.Subnet, IPs: s.IPs, ExcludeIPs: s.ExcludeIPs,
 		Gateway: s.Gateway, Routes: s.Routes, Vlan: s.Vlan, Terminating: s.Terminating}
 }
 
@@ -138,7 +145,7 @@ func (s *Subnet) Family() int {
 // inside it; the gateway not among the addresses handed out unless excluded;
 // routes with valid, distinct destinations of the family that are not
 // default routes (the rules Spiderpool's webhook applies to both SpiderSubnet
-// and SpiderIPPool). Rules across subnets and pools are in ValidateSubnets.
+// and SpiderIPPool). Rules across subnets and pools are in ValidateAll.
 func (s *Subnet) Validate() error {
 	fe := &fieldErrors{object: s.object()}
 	validateObjectName(fe, s.Name)
@@ -149,7 +156,9 @@ func (s *Subnet) Validate() error {
 		fe.add("subnet", "", "required")
 	} else {
 		p := s.pool()
-		p.validateSpider(fe, "subnet")
+		if err := ipam.ValidateSpiderSpec(&p, fe.object, "subnet"); err != nil {
+			fe.errs = append(fe.errs, unjoin(err)...)
+		}
 	}
 	if s.Vlan < 0 || s.Vlan > 4094 {
 		fe.add("vlan", fmt.Sprint(s.Vlan), "must be between 0 and 4094")
@@ -177,14 +186,14 @@ func (s *Subnet) Usable() *netipx.IPSet {
 // an owner reference to the subnet, the label
 // ipam.spidernet.io/owner-spider-subnet, and the subnet's gateway and routes
 // where p sets none (see Adopt).
-func (s *Subnet) Controls(p *Pool) bool {
+func (s *Subnet) Controls(p *ipam.Pool) bool {
 	return p != nil && p.Subnet.IsValid() && s.Subnet.IsValid() && p.Subnet == s.Subnet
 }
 
 // Adopt returns the pool as the subnet's admission rules leave it: with the
 // subnet's gateway when p has none, and the subnet's routes when p has none.
 // p is not changed; when the subnet does not control p, p itself is returned.
-func (s *Subnet) Adopt(p *Pool) *Pool {
+func (s *Subnet) Adopt(p *ipam.Pool) *ipam.Pool {
 	if !s.Controls(p) {
 		return p
 	}
@@ -215,7 +224,7 @@ func cidrLabel(p netip.Prefix) string {
 	return strings.NewReplacer(".", "-", ":", "-", "/", "-").Replace(p.String())
 }
 
-// ValidateSubnets checks each subnet alone (Validate) and the subnets against
+// ValidateAll checks each subnet alone (Validate) and the subnets against
 // each other and against the pools, as Spiderpool's admission webhooks do,
 // returning every problem at once:
 //
@@ -227,13 +236,13 @@ func cidrLabel(p netip.Prefix) string {
 //
 // The pools are not validated here (see ValidatePools); invalid ones are
 // skipped. The cost is O(n log n) in the number of subnets and pools.
-func ValidateSubnets(subnets []*Subnet, pools []*Pool) error {
+func ValidateAll(subnets []*Subnet, pools []*ipam.Pool) error {
 	var errs []error
 	names := make(map[string]int, len(subnets))
 	valid := make([]*Subnet, 0, len(subnets))
 	for i, s := range subnets {
 		if s == nil {
-			errs = append(errs, &FieldError{Field: fmt.Sprintf("subnets[%d]", i), Reason: "nil subnet"})
+			errs = append(errs, &ipam.FieldError{Field: fmt.Sprintf("subnets[%d]", i), Reason: "nil subnet"})
 			continue
 		}
 		if err := s.Validate(); err != nil {
@@ -241,7 +250,7 @@ func ValidateSubnets(subnets []*Subnet, pools []*Pool) error {
 			continue
 		}
 		if j, dup := names[s.Name]; dup {
-			errs = append(errs, &FieldError{Object: s.object(), Field: "name", Value: s.Name, Reason: fmt.Sprintf("duplicate: also subnets[%d]", j)})
+			errs = append(errs, &ipam.FieldError{Object: s.object(), Field: "name", Value: s.Name, Reason: fmt.Sprintf("duplicate: also subnets[%d]", j)})
 			continue
 		}
 		names[s.Name] = i
@@ -260,7 +269,7 @@ func ValidateSubnets(subnets []*Subnet, pools []*Pool) error {
 	for _, s := range valid {
 		if n := len(kept); n > 0 && kept[n-1].Subnet.Overlaps(s.Subnet) {
 			a := kept[n-1]
-			errs = append(errs, &FieldError{Object: s.object(), Field: "subnet", Value: s.Subnet.String(),
+			errs = append(errs, &ipam.FieldError{Object: s.object(), Field: "subnet", Value: s.Subnet.String(),
 				Reason: fmt.Sprintf("overlaps subnet %q whose subnet is %s", a.Name, a.Subnet)})
 			continue
 		}
@@ -272,7 +281,7 @@ func ValidateSubnets(subnets []*Subnet, pools []*Pool) error {
 
 // checkPoolsInSubnets checks every valid SpiderIPPool against the subnets,
 // which are disjoint and sorted by address.
-func checkPoolsInSubnets(subnets []*Subnet, pools []*Pool) []error {
+func checkPoolsInSubnets(subnets []*Subnet, pools []*ipam.Pool) []error {
 	if len(subnets) == 0 {
 		return nil
 	}
@@ -284,7 +293,7 @@ func checkPoolsInSubnets(subnets []*Subnet, pools []*Pool) []error {
 		}
 		pr := netipx.RangeOfPrefix(p.Subnet)
 		k, _ := slices.BinarySearchFunc(subnets, pr.From(), func(s *Subnet, a netip.Addr) int {
-			if lastAddr(s.Subnet).Less(a) {
+			if u128.LastAddr(s.Subnet).Less(a) {
 				return -1
 			}
 			return 1
@@ -292,7 +301,7 @@ func checkPoolsInSubnets(subnets []*Subnet, pools []*Pool) []error {
 		for ; k < len(subnets) && !pr.To().Less(subnets[k].Subnet.Addr()); k++ {
 			s := subnets[k]
 			if s.Subnet != p.Subnet {
-				errs = append(errs, &FieldError{Object: p.object(), Field: "subnet", Value: p.Subnet.String(),
+				errs = append(errs, &ipam.FieldError{Object: poolObject(p), Field: "subnet", Value: p.Subnet.String(),
 					Reason: fmt.Sprintf("overlaps subnet %q whose subnet is %s: a pool in a SpiderSubnet's CIDR must have that CIDR", s.Name, s.Subnet)})
 				continue
 			}
@@ -302,11 +311,11 @@ func checkPoolsInSubnets(subnets []*Subnet, pools []*Pool) []error {
 				usable[s] = u
 			}
 			var b netipx.IPSetBuilder
-			b.AddSet(p.usable(nil))
+			b.AddSet(p.Addresses())
 			b.RemoveSet(u)
 			outside, _ := b.IPSet()
 			if rs := outside.Ranges(); len(rs) > 0 {
-				errs = append(errs, &FieldError{Object: p.object(), Field: "ips", Value: strings.Join(formatIPRanges(rs), ","),
+				errs = append(errs, &ipam.FieldError{Object: poolObject(p), Field: "ips", Value: strings.Join(formatIPRanges(rs), ","),
 					Reason: fmt.Sprintf("not among the addresses of subnet %q (its ips less excludeIPs)", s.Name)})
 			}
 		}
@@ -314,14 +323,14 @@ func checkPoolsInSubnets(subnets []*Subnet, pools []*Pool) []error {
 	return errs
 }
 
-// ValidateSubnetUpdate checks a change of a subnet from old to new, as
+// ValidateUpdate checks a change of a subnet from old to new, as
 // Spiderpool's webhook does: new is valid; subnet and ipVersion do not
 // change; and every pool new controls keeps its addresses among new's (see
-// ValidateSubnets; autoPools are checked by their addresses too). It returns
+// ValidateAll; autoPools are checked by their addresses too). It returns
 // every problem at once.
-func ValidateSubnetUpdate(old, new *Subnet, pools []*Pool, autoPools []*AutoPool) error {
+func ValidateUpdate(old, new *Subnet, pools []*ipam.Pool, autoPools []*AutoPool) error {
 	if old == nil || new == nil {
-		return &FieldError{Object: "subnet", Field: "(subnet)", Reason: "nil subnet"}
+		return &ipam.FieldError{Object: "subnet", Field: "(subnet)", Reason: "nil subnet"}
 	}
 	if err := new.Validate(); err != nil {
 		return err
@@ -344,7 +353,7 @@ func ValidateSubnetUpdate(old, new *Subnet, pools []*Pool, autoPools []*AutoPool
 	}
 	var errs []error
 	for _, err := range checkPoolsInSubnets([]*Subnet{new}, all) {
-		var f *FieldError
+		var f *ipam.FieldError
 		if errors.As(err, &f) && f.Field == "ips" {
 			f.Reason = fmt.Sprintf("held by a pool the subnet controls, so %q cannot remove it", new.Name)
 		}
@@ -353,12 +362,12 @@ func ValidateSubnetUpdate(old, new *Subnet, pools []*Pool, autoPools []*AutoPool
 	return errors.Join(errs...)
 }
 
-// SubnetStatus is the status Spiderpool's subnet controller writes on a
+// Status is the status Spiderpool's subnet controller writes on a
 // SpiderSubnet: how many addresses it has, how many it handed to pools, and
 // to which.
 //
-// The zero SubnetStatus counts nothing. It is a plain value.
-type SubnetStatus struct {
+// The zero Status counts nothing. It is a plain value.
+type Status struct {
 	Name string `json:"name"`
 	// TotalIPCount is the number of the subnet's usable addresses (IPs less
 	// ExcludeIPs; reserved addresses are counted, as Spiderpool counts them).
@@ -383,7 +392,7 @@ type SubnetStatus struct {
 	ControlledIPPools map[string]ControlledIPs `json:"controlledIPPools,omitempty"`
 }
 
-// ControlledIPs is one entry of SubnetStatus.ControlledIPPools.
+// ControlledIPs is one entry of Status.ControlledIPPools.
 //
 // The zero ControlledIPs holds no address. It is a plain value.
 type ControlledIPs struct {
@@ -400,22 +409,22 @@ func (c ControlledIPs) MarshalJSON() ([]byte, error) {
 	}{formatIPRanges(c.IPs), c.Application})
 }
 
-// SubnetStatusOf computes subnet s's status from the pools it controls: the
+// StatusOf computes subnet s's status from the pools it controls: the
 // pools of pools with s's CIDR (Controls), counted by their addresses among
 // s's; and the auto-pools of autoPools whose Subnet is s's name, counted by
 // their addresses. Other pools are ignored.
-func SubnetStatusOf(s *Subnet, pools []*Pool, autoPools []*AutoPool) SubnetStatus {
+func StatusOf(s *Subnet, pools []*ipam.Pool, autoPools []*AutoPool) Status {
 	u := s.Usable()
 	total := setCount(u)
-	var allocated u128
-	st := SubnetStatus{Name: s.Name}
+	var allocated u128.U128
+	st := Status{Name: s.Name}
 	add := func(name string, set *netipx.IPSet, app string) {
 		if st.ControlledIPPools == nil {
 			st.ControlledIPPools = make(map[string]ControlledIPs)
 		}
 		st.ControlledIPPools[name] = ControlledIPs{IPs: set.Ranges(), Application: app}
-		if sum := allocated.add(setCount(set)); sum.less(allocated) {
-			allocated = u128Max
+		if sum := allocated.Add(setCount(set)); sum.Less(allocated) {
+			allocated = u128.Max
 		} else {
 			allocated = sum
 		}
@@ -425,7 +434,7 @@ func SubnetStatusOf(s *Subnet, pools []*Pool, autoPools []*AutoPool) SubnetStatu
 			continue
 		}
 		var b netipx.IPSetBuilder
-		b.AddSet(p.usable(nil))
+		b.AddSet(p.Addresses())
 		b.Intersect(u)
 		set, _ := b.IPSet()
 		add(p.Name, set, "")
@@ -434,10 +443,10 @@ func SubnetStatusOf(s *Subnet, pools []*Pool, autoPools []*AutoPool) SubnetStatu
 		if a == nil || a.Subnet != s.Name || a.Pool == nil {
 			continue
 		}
-		add(a.Pool.Name, a.Pool.usable(nil), a.App.StatusName())
+		add(a.Pool.Name, a.Pool.Addresses(), a.App.StatusName())
 	}
 	st.TotalIPCount, st.AllocatedIPCount = clampInt64(total), clampInt64(allocated)
-	st.Saturated = total.cmp(u128{0, math.MaxInt64}) > 0 || allocated.cmp(u128{0, math.MaxInt64}) > 0
+	st.Saturated = total.Cmp(u128.U128{Lo: math.MaxInt64}) > 0 || allocated.Cmp(u128.U128{Lo: math.MaxInt64}) > 0
 	return st
 }
 
@@ -448,30 +457,30 @@ func setSize(set *netipx.IPSet) int64 {
 
 // setCount returns the number of addresses in set, exactly, except that the
 // whole IPv6 space (2^128) counts one less.
-func setCount(set *netipx.IPSet) u128 {
-	var n u128
+func setCount(set *netipx.IPSet) u128.U128 {
+	var n u128.U128
 	for _, r := range set.Ranges() {
-		next := n.add(rangeSpan(r.From(), r.To()))
-		if next.less(n) || next == u128Max {
-			return u128Max
+		next := n.Add(u128.Span(r.From(), r.To()))
+		if next.Less(n) || next == u128.Max {
+			return u128.Max
 		}
-		n = next.addOne()
+		n = next.AddOne()
 	}
 	return n
 }
 
 // clampInt64 returns n, or math.MaxInt64 if n is larger.
-func clampInt64(n u128) int64 {
-	if n.hi != 0 || n.lo > math.MaxInt64 {
+func clampInt64(n u128.U128) int64 {
+	if n.Hi != 0 || n.Lo > math.MaxInt64 {
 		return math.MaxInt64
 	}
-	return int64(n.lo)
+	return int64(n.Lo)
 }
 
 // clampInt returns n, or math.MaxInt if n is larger.
-func clampInt(n u128) int {
-	if n.hi != 0 || n.lo > math.MaxInt {
+func clampInt(n u128.U128) int {
+	if n.Hi != 0 || n.Lo > math.MaxInt {
 		return math.MaxInt
 	}
-	return int(n.lo)
+	return int(n.Lo)
 }

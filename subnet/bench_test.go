@@ -1,4 +1,4 @@
-package ipam_test
+package subnet_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/store/memstore"
+	"github.com/ipamkit/ipam/subnet"
 )
 
 // Spiderpool's figures for its issue #1375: 100 Deployments of 10 replicas
@@ -20,7 +21,7 @@ const (
 
 // BenchmarkAutoPools creates apps Deployments of replicas pods each, every
 // Deployment with the subnet annotation of one /16 subnet and "+1", through a
-// SubnetManager serving an Allocator, and allocates every pod. One
+// Manager serving an Allocator, and allocates every pod. One
 // iteration is the whole run: from the first application to the last pod's
 // address. It reports the time until the last pool was ready
 // (pools-ready-s, every SetApplication returned) and until the last pod had
@@ -29,23 +30,23 @@ const (
 func BenchmarkAutoPools(b *testing.B) {
 	for _, n := range []struct{ apps, replicas int }{{100, 10}, {1000, 10}} {
 		b.Run(fmt.Sprintf("%dx%d", n.apps, n.replicas), func(b *testing.B) {
-			apps := make([]ipam.Application, n.apps)
+			apps := make([]subnet.Application, n.apps)
 			for i := range apps {
-				apps[i] = ipam.Application{
+				apps[i] = subnet.Application{
 					AppRef: ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "bench",
 						Name: fmt.Sprintf("app-%04d", i), UID: fmt.Sprintf("uid-%04d-%05x", i, i)},
-					Annotations: map[string]string{ipam.AnnotationSubnet: `{"ipv4":["bench"]}`, ipam.AnnotationIPNumber: "+1"},
+					Annotations: map[string]string{ipam.AnnotationSubnet: `{"ipv4":["bench"]}`, subnet.AnnotationIPNumber: "+1"},
 					Replicas:    intp(n.replicas),
 				}
 			}
-			subnet := ipam.MustParseSubnet(`{"name":"bench","subnet":"10.6.0.0/16","gateway":"10.6.0.1","ips":["10.6.0.2-10.6.255.254"]}`)
+			sn := subnet.MustParse(`{"name":"bench","subnet":"10.6.0.0/16","gateway":"10.6.0.1","ips":["10.6.0.2-10.6.255.254"]}`)
 			ctx := context.Background()
 			var ready, done time.Duration
 			b.ReportAllocs()
 			for b.Loop() {
 				start := time.Now()
 				st := memstore.New()
-				m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{Subnets: []*ipam.Subnet{subnet}, Claims: st})
+				m, err := subnet.NewManager(subnet.ManagerOptions{Subnets: []*subnet.Subnet{sn}, Claims: st})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -80,24 +81,24 @@ func BenchmarkAutoPools(b *testing.B) {
 	}
 }
 
-// BenchmarkSubnetManagerHugePool shrinks an auto-pool of 16,777,216
+// BenchmarkManagerHugePool shrinks an auto-pool of 16,777,216
 // addresses (the largest ippool-ip-number, IPv6) to one address and grows
 // it back: one iteration is both changes. Before the fences went by range,
 // a shrink wrote one claim per address given back (5.7 s and 954 MB for a
 // million addresses; out of memory for this size).
-func BenchmarkSubnetManagerHugePool(b *testing.B) {
+func BenchmarkManagerHugePool(b *testing.B) {
 	ctx := context.Background()
-	m, err := ipam.NewSubnetManager(ipam.SubnetManagerOptions{
-		Subnets: []*ipam.Subnet{ipam.MustParseSubnet(`{"name":"big","subnet":"fd00::/64","ips":["fd00::1-fd00::ffff:ffff"]}`)},
+	m, err := subnet.NewManager(subnet.ManagerOptions{
+		Subnets: []*subnet.Subnet{subnet.MustParse(`{"name":"big","subnet":"fd00::/64","ips":["fd00::1-fd00::ffff:ffff"]}`)},
 		Claims:  memstore.New(),
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	app := func(n string) ipam.Application {
-		return ipam.Application{
+	app := func(n string) subnet.Application {
+		return subnet.Application{
 			AppRef:      ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "huge", UID: "0b7c6f1e-3f00-4d5e-9c1a-a5bd3cafe001"},
-			Annotations: map[string]string{ipam.AnnotationSubnet: `{"ipv6":["big"]}`, ipam.AnnotationIPNumber: n},
+			Annotations: map[string]string{ipam.AnnotationSubnet: `{"ipv6":["big"]}`, subnet.AnnotationIPNumber: n},
 		}
 	}
 	if _, err := m.SetApplication(ctx, app("16777216")); err != nil {
