@@ -17,6 +17,7 @@ import (
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s"
+	"github.com/ipamkit/ipam/k8s/internal/eventnote"
 	"github.com/ipamkit/ipam/k8s/kubeclient"
 	"github.com/ipamkit/ipam/store"
 )
@@ -414,8 +415,8 @@ func (r *Runner) recordReleased(d ipam.GCDecision) {
 		return
 	}
 	pod := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID)}
-	r.opts.Events.Eventf(pod, nil, corev1.EventTypeNormal, EventReleased, "ReleaseIP",
-		"released %s of pool %s (interface %s): %s: %s", d.Claim.IP, d.Claim.Pool, o.Interface, d.Reason, d.Message)
+	r.opts.Events.Eventf(pod, nil, corev1.EventTypeNormal, EventReleased, "ReleaseIP", "%s",
+		eventnote.Sprintf("released %s of pool %s (interface %s): %s: %s", d.Claim.IP, d.Claim.Pool, o.Interface, d.Reason, d.Message))
 }
 
 // view is where a pass reads the cluster: the informers' caches or the API

@@ -56,6 +56,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/k8s/internal/eventnote"
 	"github.com/ipamkit/ipam/k8s/internal/kubeerr"
 )
 
@@ -296,7 +297,8 @@ func apply[T any](s *Source, m map[string]entry[*T], u *unstructured.Unstructure
 	if err != nil {
 		s.log.Warn("kubepools: "+kind+" skipped", "name", name, "resourceVersion", u.GetResourceVersion(), "err", err)
 		if s.events != nil {
-			s.events.Eventf(u, nil, corev1.EventTypeWarning, invalid, "Validate", "%s skipped by the allocators: %v", kind, err)
+			s.events.Eventf(u, nil, corev1.EventTypeWarning, invalid, "Validate", "%s",
+				eventnote.Sprintf("%s skipped by the allocators: %v", kind, err))
 		}
 		v = nil
 	}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s"
+	"github.com/ipamkit/ipam/k8s/internal/eventnote"
 	"github.com/ipamkit/ipam/store"
 )
 
@@ -604,7 +605,7 @@ func (r *Runner) recordWait(d *ipam.AutoPoolDecision) {
 	}
 	app := &corev1.ObjectReference{APIVersion: d.App.APIVersion, Kind: d.App.Kind, Namespace: d.App.Namespace,
 		Name: d.App.Name, UID: types.UID(d.App.UID)}
-	r.opts.Events.Eventf(app, nil, corev1.EventTypeWarning, reason, "AllocatePool", "%s", d.String())
+	r.opts.Events.Eventf(app, nil, corev1.EventTypeWarning, reason, "AllocatePool", "%s", eventnote.Sprintf("%s", d.String()))
 }
 
 // app applies the application of key (app/kind/namespace/name): its
