@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
@@ -21,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipamkit/ipam"
@@ -36,7 +36,8 @@ var (
 	controllerErr  error
 )
 
-// controllerProgram builds cmd/ipam-controller once.
+// controllerProgram builds cmd/ipam-controller once (apart from programs:
+// the plugin's tests need not wait for it).
 func controllerProgram(t *testing.T) string {
 	t.Helper()
 	controllerOnce.Do(func() {
@@ -46,11 +47,7 @@ func controllerProgram(t *testing.T) string {
 			return
 		}
 		controllerBin = filepath.Join(dir, "ipam-controller")
-		cmd := exec.Command("go", "build", "-o", controllerBin, "../../cmd/ipam-controller")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			controllerErr = fmt.Errorf("building cmd/ipam-controller: %v\n%s", err, out)
-		}
+		controllerErr = goBuild(controllerBin, "../../cmd/ipam-controller", "")
 	})
 	if controllerErr != nil {
 		t.Fatal(controllerErr)
@@ -181,6 +178,16 @@ func TestControllerProgram(t *testing.T) {
 	})
 	applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", "ctrl-bad", map[string]any{
 		"ipVersion": int64(4), "subnet": "10.61.0.0/24", "ips": []any{"10.62.0.1"},
+	})
+	// The other tests share the server: leave no pool (an invalid one
+	// fails ipamctl's).
+	t.Cleanup(func() {
+		pools := dynamic.NewForConfigOrDie(srv.Config()).Resource(kubepools.IPPoolResource)
+		for _, name := range []string{"ctrl", "ctrl-bad"} {
+			if err := pools.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+				t.Errorf("cleaning up SpiderIPPool %s: %v", name, err)
+			}
+		}
 	})
 
 	// The node agents' allocator, which claims addresses for pods.
