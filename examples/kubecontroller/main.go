@@ -16,7 +16,13 @@
 //     and replicas claim from different parts of a pool;
 //   - kubegc.New: the garbage collector, which judges claims against the
 //     cluster's pods, StatefulSets and nodes with gc.Decide and
-//     releases what it must, once, whichever replica gets there first.
+//     releases what it must, once, whichever replica gets there first;
+//   - one shared informer factory (client-go's informers package): the
+//     controller's pod informer and the garbage collector's are one, so
+//     the process keeps one cache of the cluster's pods.
+//
+// It teaches; the program to deploy for garbage collection and SpiderSubnet
+// is cmd/ipam-controller (leader election, health probes, metrics, Events).
 //
 // Run it against a cluster whose CRDs are installed (the repository's
 // k8s/config/crd, and Spiderpool's SpiderIPPool and SpiderReservedIP):
@@ -41,9 +47,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -114,13 +120,22 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	if err != nil {
 		return err
 	}
-	gcOpts := opts.GC
-	gcOpts.Logger = log
-	gc, err := kubegc.New(cfg, alloc, gcOpts)
+	client, err := kubeclient.New(cfg)
 	if err != nil {
 		return err
 	}
-	client, err := kubeclient.New(cfg)
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	// One cache of each kind for every part: the garbage collector takes
+	// its pod, StatefulSet and node informers from the factory, and so
+	// does the controller its pods.
+	factory := informers.NewSharedInformerFactory(kube, 0)
+	gcOpts := opts.GC
+	gcOpts.Logger = log
+	gcOpts.Informers = factory
+	gc, err := kubegc.New(cfg, alloc, gcOpts)
 	if err != nil {
 		return err
 	}
@@ -140,8 +155,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	// with a growing delay.
 	queue := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
 	defer queue.ShutDown()
-	pods := cache.NewSharedIndexInformer(cache.NewListWatchFromClient(client.Core(), "pods", metav1.NamespaceAll, fields.Everything()),
-		&corev1.Pod{}, 0, cache.Indexers{})
+	pods := factory.Core().V1().Pods().Informer()
 	enqueue := func(obj any) {
 		if p, ok := obj.(*corev1.Pod); ok && needsAddress(p) {
 			if key, err := cache.MetaNamespaceKeyFunc(p); err == nil {
@@ -155,7 +169,11 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	}); err != nil {
 		return err
 	}
-	wg.Go(func() { pods.RunWithContext(ctx) })
+	factory.Start(ctx.Done()) // after every part has asked for its informers
+	defer func() {
+		cancel()
+		factory.Shutdown()
+	}()
 	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
 		return ctx.Err()
 	}

@@ -49,7 +49,14 @@
 // each lists claims on its own period and confirms its own candidates.
 // Run one replica per failure domain, or add leader election (a Lease, as
 // k8s.io/client-go/tools/leaderelection provides) around Run if those reads
-// matter; correctness does not depend on it.
+// matter, as cmd/ipam-controller does; correctness does not depend on it.
+//
+// # Sharing informers, Events
+//
+// Options.Informers gives the Runner a caller's shared informer factory
+// instead of informers of its own, so that a program keeps one cache of
+// pods (SlimPod as the factory's transform keeps it small); Options.Events
+// records an Event (reason EventReleased) on the pod of each claim released.
 //
 // # What it does not judge
 //

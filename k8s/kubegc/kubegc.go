@@ -10,11 +10,15 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/k8s"
+	"github.com/ipamkit/ipam/k8s/internal/eventnote"
 	"github.com/ipamkit/ipam/k8s/kubeclient"
 	"github.com/ipamkit/ipam/store"
 )
@@ -41,7 +45,25 @@ type Options struct {
 	// Observe, if set, is called after each pass with its result, from the
 	// goroutine that runs Run.
 	Observe func(Pass)
+	// Informers, if set, is the shared informer factory the Runner takes
+	// its pod, StatefulSet and node informers from, so that a program
+	// whose other parts follow the same kinds keeps one cache of each. The
+	// caller starts it (after New, so that those informers are started
+	// too) and stops it; Run waits for them to sync, and removes its event
+	// handlers when it returns. A Runner on its own informers keeps of each
+	// pod only what it reads (SlimPod); give the factory
+	// informers.WithTransform(SlimPod) for the same saving. Nil: the Runner
+	// makes and runs informers of its own.
+	Informers informers.SharedInformerFactory
+	// Events, if set, records an Event of reason EventReleased on the pod
+	// of each claim released (the pod named by the claim; it is usually
+	// gone). Nil records none.
+	Events events.EventRecorder
 }
+
+// EventReleased is the reason of the Event recorded for each claim
+// released (Options.Events).
+const EventReleased = "IPReleased"
 
 // Validate reports whether the options make sense: no negative durations,
 // valid GC options.
@@ -147,7 +169,7 @@ func New(cfg *rest.Config, alloc *ipam.Allocator, opts Options) (*Runner, error)
 		deadlines:  map[string]time.Time{},
 		wake:       make(chan struct{}, 1),
 	}
-	if r.informers, err = newCacheView(client, r); err != nil {
+	if r.informers, err = newCacheView(client, opts.Informers, r); err != nil {
 		return nil, fmt.Errorf("kubegc: %w", err)
 	}
 	r.fromCache = r.informers
@@ -168,7 +190,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Unlock()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	r.informers.run(ctx, &wg)
+	stop, err := r.informers.run(ctx, &wg)
+	if err != nil {
+		return fmt.Errorf("kubegc: %w", err)
+	}
+	defer stop()
 	if err := r.informers.waitForSync(ctx); err != nil {
 		return ctx.Err()
 	}
@@ -371,6 +397,7 @@ func (r *Runner) collect(ctx context.Context, p Pass, claims []store.Claim) Pass
 		case d.Err == nil:
 			d.Applied = true
 			r.log.Info("kubegc: released", "pool", d.Claim.Pool, "ip", d.Claim.IP, "reason", d.Reason, "why", d.Message)
+			r.recordReleased(d)
 		case errors.Is(d.Err, ipam.ErrConflict), errors.Is(d.Err, ipam.ErrNotFound):
 			// Changed or released since it was listed: not ours any more.
 		default:
@@ -380,6 +407,17 @@ func (r *Runner) collect(ctx context.Context, p Pass, claims []store.Claim) Pass
 	}
 	p.Err = errors.Join(errs...)
 	return p
+}
+
+// recordReleased records the Event of a release applied, on the claim's pod.
+func (r *Runner) recordReleased(d gc.Decision) {
+	o := d.Claim.Owner
+	if r.opts.Events == nil || o.Name == "" {
+		return
+	}
+	pod := &corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: o.Namespace, Name: o.Name, UID: types.UID(o.UID)}
+	r.opts.Events.Eventf(pod, nil, corev1.EventTypeNormal, EventReleased, "ReleaseIP", "%s",
+		eventnote.Sprintf("released %s of pool %s (interface %s): %s: %s", d.Claim.IP, d.Claim.Pool, o.Interface, d.Reason, d.Message))
 }
 
 // view is where a pass reads the cluster: the informers' caches or the API

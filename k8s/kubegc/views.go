@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ipamkit/ipam/gc"
@@ -54,23 +55,52 @@ const uidIndex = "uid"
 type cacheView struct {
 	r                 *Runner
 	pods, sets, nodes cache.SharedIndexInformer
+	// shared reports that the informers are a caller's (Options.Informers):
+	// it starts and stops them, and others may share them.
+	shared bool
 }
 
-func newCacheView(c *kubeclient.Client, r *Runner) (*cacheView, error) {
-	lw := func(client cache.Getter, resource string) *cache.ListWatch {
-		return cache.NewListWatchFromClient(client, resource, metav1.NamespaceAll, fields.Everything())
+// newCacheView returns the view of the informers of factory, or of
+// informers of its own when factory is nil.
+func newCacheView(c *kubeclient.Client, factory informers.SharedInformerFactory, r *Runner) (*cacheView, error) {
+	v := &cacheView{r: r, shared: factory != nil}
+	if factory != nil {
+		v.pods = factory.Core().V1().Pods().Informer()
+		v.sets = factory.Apps().V1().StatefulSets().Informer()
+		v.nodes = factory.Core().V1().Nodes().Informer()
+	} else {
+		lw := func(client cache.Getter, resource string) *cache.ListWatch {
+			return cache.NewListWatchFromClient(client, resource, metav1.NamespaceAll, fields.Everything())
+		}
+		v.pods = cache.NewSharedIndexInformer(lw(c.Core(), "pods"), &corev1.Pod{}, 0, cache.Indexers{})
+		v.sets = cache.NewSharedIndexInformer(lw(c.Apps(), "statefulsets"), &appsv1.StatefulSet{}, 0, cache.Indexers{})
+		v.nodes = cache.NewSharedIndexInformer(lw(c.Core(), "nodes"), &corev1.Node{}, 0, cache.Indexers{})
+		if err := v.pods.SetTransform(SlimPod); err != nil {
+			return nil, err
+		}
 	}
-	v := &cacheView{
-		r: r,
-		pods: cache.NewSharedIndexInformer(lw(c.Core(), "pods"), &corev1.Pod{}, 0, cache.Indexers{uidIndex: func(obj any) ([]string, error) {
-			return []string{string(obj.(*corev1.Pod).UID)}, nil
-		}}),
-		sets:  cache.NewSharedIndexInformer(lw(c.Apps(), "statefulsets"), &appsv1.StatefulSet{}, 0, cache.Indexers{}),
-		nodes: cache.NewSharedIndexInformer(lw(c.Core(), "nodes"), &corev1.Node{}, 0, cache.Indexers{}),
+	// A shared informer may have the index already (another Runner's).
+	if _, ok := v.pods.GetIndexer().GetIndexers()[uidIndex]; !ok {
+		if err := v.pods.AddIndexers(cache.Indexers{uidIndex: podUID}); err != nil {
+			return nil, err
+		}
 	}
-	if err := v.pods.SetTransform(slimPod); err != nil {
-		return nil, err
+	return v, nil
+}
+
+// podUID indexes pods by UID.
+func podUID(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		return []string{string(p.UID)}, nil
 	}
+	return nil, nil
+}
+
+// run adds the Runner's event handlers to the informers and, unless they
+// are shared, runs them in wg until ctx is done. The function it returns
+// removes the handlers.
+func (v *cacheView) run(ctx context.Context, wg *sync.WaitGroup) (func(), error) {
+	r := v.r
 	handlers := []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
@@ -89,19 +119,26 @@ func newCacheView(c *kubeclient.Client, r *Runner) (*cacheView, error) {
 			DeleteFunc: func(any) { v.nodeChanged(nil, nil) },
 		}},
 	}
-	for _, x := range handlers {
-		if _, err := x.inf.AddEventHandler(x.h); err != nil {
-			return nil, err
+	var regs []func()
+	stop := func() {
+		for _, f := range regs {
+			f()
 		}
 	}
-	return v, nil
-}
-
-// run starts the informers in wg until ctx is done.
-func (v *cacheView) run(ctx context.Context, wg *sync.WaitGroup) {
-	for _, inf := range []cache.SharedIndexInformer{v.pods, v.sets, v.nodes} {
-		wg.Go(func() { inf.RunWithContext(ctx) })
+	for _, x := range handlers {
+		reg, err := x.inf.AddEventHandler(x.h)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		regs = append(regs, func() { _ = x.inf.RemoveEventHandler(reg) })
 	}
+	if !v.shared {
+		for _, inf := range []cache.SharedIndexInformer{v.pods, v.sets, v.nodes} {
+			wg.Go(func() { inf.RunWithContext(ctx) })
+		}
+	}
+	return stop, nil
 }
 
 func (v *cacheView) waitForSync(ctx context.Context) error {
@@ -216,10 +253,13 @@ func cached[T any](inf cache.SharedIndexInformer, key string) (T, error) {
 	return obj.(T), nil
 }
 
-// slimPod keeps of a pod only what garbage collection reads (see
+// SlimPod keeps of a pod only what garbage collection reads (see
 // k8s.GCPod), so that the cache of every pod of a large cluster stays
-// small.
-func slimPod(obj any) (any, error) {
+// small; other objects are returned as they are. It is the transform of a
+// Runner's own pod informer, for a shared factory's too
+// (informers.WithTransform) when nothing else reads more of the cached
+// pods.
+func SlimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil

@@ -43,16 +43,20 @@ import (
 	"sync/atomic"
 
 	"go4.org/netipx"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/k8s/internal/eventnote"
 	"github.com/ipamkit/ipam/k8s/internal/kubeerr"
 )
 
@@ -73,7 +77,23 @@ type Options struct {
 	// Logger receives the objects skipped as invalid, once per version of
 	// their spec. Nil discards them.
 	Logger *slog.Logger
+	// Informers, if set, is the shared dynamic informer factory a Source
+	// made by New takes its two informers from, so that a program whose
+	// other parts follow SpiderIPPools keeps one cache of them. The caller
+	// starts it, after New, and stops it; Run then only waits for ctx. Nil:
+	// the Source makes and runs informers of its own. Load ignores it.
+	Informers dynamicinformer.DynamicSharedInformerFactory
+	// Events, if set, records a Warning Event on each object skipped as
+	// invalid (reasons EventInvalidPool and EventInvalidReservedIP), once
+	// per version of its spec, as the log line. Nil records none.
+	Events events.EventRecorder
 }
+
+// Reasons of the Events a Source records (Options.Events).
+const (
+	EventInvalidPool       = "InvalidPool"
+	EventInvalidReservedIP = "InvalidReservedIP"
+)
 
 // Source is an ipam.PoolSource (and ipam.DefaultPoolSource and
 // ipam.ReservedSource) that serves a cluster's SpiderIPPool and
@@ -87,8 +107,10 @@ type Options struct {
 // New or Load. A *Source is safe for concurrent use.
 type Source struct {
 	log      *slog.Logger
+	events   events.EventRecorder // nil for none
 	dyn      dynamic.Interface
 	informer [2]cache.SharedIndexInformer // pools, reserved IPs; nil for Load's
+	shared   bool                         // the informers are Options.Informers'
 
 	mu       sync.Mutex // orders the updates of the maps below
 	pools    map[string]entry[*ipam.Pool]
@@ -128,6 +150,7 @@ func newSource(cfg *rest.Config, opts Options) (*Source, error) {
 	}
 	s := &Source{
 		log:      log,
+		events:   opts.Events,
 		dyn:      dyn,
 		pools:    map[string]entry[*ipam.Pool]{},
 		reserved: map[string]entry[*ipam.ReservedIP]{},
@@ -143,17 +166,22 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.shared = opts.Informers != nil
 	for i, gvr := range resources {
-		r := s.dyn.Resource(gvr)
-		lw := &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				return r.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return r.Watch(ctx, o)
-			},
+		if s.shared {
+			s.informer[i] = opts.Informers.ForResource(gvr).Informer()
+		} else {
+			r := s.dyn.Resource(gvr)
+			lw := &cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					return r.List(ctx, o)
+				},
+				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					return r.Watch(ctx, o)
+				},
+			}
+			s.informer[i] = cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
 		}
-		s.informer[i] = cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
 		_, err := s.informer[i].AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.update(i, obj, false) },
 			UpdateFunc: func(_, obj any) { s.update(i, obj, false) },
@@ -191,11 +219,16 @@ func Load(ctx context.Context, cfg *rest.Config, opts Options) (*Source, error) 
 }
 
 // Run follows the objects until ctx is done, then stops the informers and
-// returns ctx's error. It returns at once with an error for a Source made
-// by Load.
+// returns ctx's error; with Options.Informers, whose informers the caller
+// runs, it only waits for ctx. It returns at once with an error for a
+// Source made by Load.
 func (s *Source) Run(ctx context.Context) error {
 	if s.informer[0] == nil {
 		return errors.New("kubepools: Run of a Source made by Load, which does not follow the cluster")
+	}
+	if s.shared {
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	var wg sync.WaitGroup
 	for _, inf := range s.informer {
@@ -231,9 +264,9 @@ func (s *Source) update(i int, obj any, deleted bool) {
 	defer s.mu.Unlock()
 	var changed bool
 	if i == 0 {
-		changed = apply(s, s.pools, u, deleted, "SpiderIPPool", parsePool)
+		changed = apply(s, s.pools, u, deleted, "SpiderIPPool", EventInvalidPool, parsePool)
 	} else {
-		changed = apply(s, s.reserved, u, deleted, "SpiderReservedIP", parseReservedIP)
+		changed = apply(s, s.reserved, u, deleted, "SpiderReservedIP", EventInvalidReservedIP, parseReservedIP)
 	}
 	if changed {
 		s.publish(i == 1)
@@ -242,9 +275,10 @@ func (s *Source) update(i int, obj any, deleted bool) {
 
 // apply records object u (deleted, or as it is now) in m, parsing it with
 // parse unless its input is the one m holds, and reports whether m changed.
-// An object that does not parse is logged and kept as nil, so that a later
-// update with the same input is not logged again.
-func apply[T any](s *Source, m map[string]entry[*T], u *unstructured.Unstructured, deleted bool, kind string,
+// An object that does not parse is logged (and recorded as an Event of
+// reason invalid) and kept as nil, so that a later update with the same
+// input is not logged again.
+func apply[T any](s *Source, m map[string]entry[*T], u *unstructured.Unstructured, deleted bool, kind, invalid string,
 	parse func([]byte) (*T, error)) bool {
 	name := u.GetName()
 	if deleted {
@@ -262,6 +296,10 @@ func apply[T any](s *Source, m map[string]entry[*T], u *unstructured.Unstructure
 	}
 	if err != nil {
 		s.log.Warn("kubepools: "+kind+" skipped", "name", name, "resourceVersion", u.GetResourceVersion(), "err", err)
+		if s.events != nil {
+			s.events.Eventf(u, nil, corev1.EventTypeWarning, invalid, "Validate", "%s",
+				eventnote.Sprintf("%s skipped by the allocators: %v", kind, err))
+		}
 		v = nil
 	}
 	m[name] = entry[*T]{input, v}

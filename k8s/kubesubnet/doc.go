@@ -59,6 +59,15 @@
 // process) may finish one write after another has taken over: keep
 // LeaseDuration well above the longest pause you expect.
 //
+// # Shared informers, Events
+//
+// Options.Informers and Options.DynamicInformers give the Runner a
+// program's shared informer factories instead of informers of its own per
+// term of leading (cmd/ipam-controller shares them with garbage collection
+// and the pool source). Options.Events records a Warning Event on an
+// application whose auto-pool must wait (EventAutoPoolWaiting, the reason in
+// its note) or cannot be made (EventAutoPoolFailed).
+//
 // # Pools (the allocators' side)
 //
 // Pools serves an allocator the pools of a PoolSource that follows the

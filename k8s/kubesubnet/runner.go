@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,12 +25,14 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s"
+	"github.com/ipamkit/ipam/k8s/internal/eventnote"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/subnet"
 )
@@ -77,7 +80,30 @@ type Options struct {
 	AutoPool subnet.Options
 	// Logger receives what the Runner does and what fails. Nil discards it.
 	Logger *slog.Logger
+	// Informers and DynamicInformers, if set, are the shared informer
+	// factories the Runner takes its informers from: the applications'
+	// and the pods' from Informers, the SpiderSubnets', SpiderIPPools' and
+	// SpiderReservedIPs' from DynamicInformers; so that a program whose
+	// other parts follow the same kinds keeps one cache of each. New asks
+	// the factories for those informers; the caller starts the factories
+	// after New and stops them. Each term of leading adds its event
+	// handlers and removes them when it ends. Set both or neither; nil:
+	// each term of leading makes and runs informers of its own.
+	Informers        informers.SharedInformerFactory
+	DynamicInformers dynamicinformer.DynamicSharedInformerFactory
+	// Events, if set, records a Warning Event on the application whose
+	// auto-pool must wait (reason EventAutoPoolWaiting: the subnet has too
+	// few free addresses, pods still hold the addresses a shrink gives
+	// back, ...) or cannot be made (EventAutoPoolFailed), with the reason
+	// in its note. Nil records none.
+	Events events.EventRecorder
 }
+
+// Reasons of the Events a Runner records (Options.Events).
+const (
+	EventAutoPoolWaiting = "AutoPoolWaiting"
+	EventAutoPoolFailed  = "AutoPoolFailed"
+)
 
 func (o *Options) defaults() {
 	if o.LeaseDuration == 0 {
@@ -152,6 +178,9 @@ func New(cfg *rest.Config, opts Options) (*Runner, error) {
 			return nil, &ipam.FieldError{Object: "kubesubnet options", Field: "Kinds", Value: k, Reason: "not a kind SpiderSubnet follows"}
 		}
 	}
+	if (opts.Informers == nil) != (opts.DynamicInformers == nil) {
+		return nil, &ipam.FieldError{Object: "kubesubnet options", Field: "Informers", Reason: "set Informers and DynamicInformers both, or neither"}
+	}
 	opts.defaults()
 	if opts.LeaseDuration <= opts.RenewDeadline || opts.RenewDeadline <= opts.RetryPeriod {
 		return nil, &ipam.FieldError{Object: "kubesubnet options", Field: "LeaseDuration",
@@ -169,8 +198,46 @@ func New(cfg *rest.Config, opts Options) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubesubnet: %w", err)
 	}
-	return &Runner{opts: opts, dyn: dyn, kube: kube, meta: meta, log: opts.Logger,
-		objects: map[string]*unstructured.Unstructured{}, external: map[string]subnet.Application{}, ready: make(chan struct{})}, nil
+	r := &Runner{opts: opts, dyn: dyn, kube: kube, meta: meta, log: opts.Logger,
+		objects: map[string]*unstructured.Unstructured{}, external: map[string]subnet.Application{}, ready: make(chan struct{})}
+	if opts.Informers != nil {
+		// Asked for now, so that the caller's Start starts them.
+		if _, err := r.informers(opts.Informers, opts.DynamicInformers, nil); err != nil {
+			return nil, fmt.Errorf("kubesubnet: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// followed are the informers a term of leading follows.
+type followed struct {
+	apps    map[string]informers.GenericInformer // by kind
+	cluster map[schema.GroupVersionResource]cache.SharedIndexInformer
+	pods    cache.SharedIndexInformer
+}
+
+// informers returns the informers of the factories; the pods' from kube
+// when meta is nil.
+func (r *Runner) informers(kube informers.SharedInformerFactory, dyn dynamicinformer.DynamicSharedInformerFactory,
+	meta metadatainformer.SharedInformerFactory) (*followed, error) {
+	f := &followed{apps: map[string]informers.GenericInformer{}, cluster: map[schema.GroupVersionResource]cache.SharedIndexInformer{}}
+	for _, kind := range r.opts.Kinds {
+		inf, err := kube.ForResource(kindResource[kind])
+		if err != nil {
+			return nil, fmt.Errorf("following %s: %w", kind, err)
+		}
+		f.apps[kind] = inf
+	}
+	for _, gvr := range []schema.GroupVersionResource{SubnetResource, IPPoolResource, ReservedIPResource} {
+		f.cluster[gvr] = dyn.ForResource(gvr).Informer()
+	}
+	podsResource := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	if meta != nil {
+		f.pods = meta.ForResource(podsResource).Informer()
+	} else {
+		f.pods = kube.Core().V1().Pods().Informer()
+	}
+	return f, nil
 }
 
 // kindResource maps the kinds followed to their resources.
@@ -316,51 +383,70 @@ func (r *Runner) lead(ctx context.Context) {
 
 	l := &leader{r: r, listers: map[string]cache.GenericLister{}, apps: map[string]ipam.AppRef{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
-	kubeFactory := informers.NewSharedInformerFactory(r.kube, 0)
-	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(r.dyn, 0)
-	metaFactory := metadatainformer.NewSharedInformerFactory(r.meta, 0)
+	shared := r.opts.Informers != nil
+	kubeFactory, dynFactory := r.opts.Informers, r.opts.DynamicInformers
+	var metaFactory metadatainformer.SharedInformerFactory
+	if !shared {
+		kubeFactory = informers.NewSharedInformerFactory(r.kube, 0)
+		dynFactory = dynamicinformer.NewDynamicSharedInformerFactory(r.dyn, 0)
+		metaFactory = metadatainformer.NewSharedInformerFactory(r.meta, 0)
+	}
+	f, err := r.informers(kubeFactory, dynFactory, metaFactory)
+	if err != nil {
+		r.log.Error("kubesubnet: cannot follow the cluster", "err", err)
+		return
+	}
 	var synced []cache.InformerSynced
-	for _, kind := range r.opts.Kinds {
-		inf, err := kubeFactory.ForResource(kindResource[kind])
+	var removers []func()
+	defer func() {
+		for _, remove := range removers {
+			remove()
+		}
+	}()
+	follow := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
+		reg, err := inf.AddEventHandler(h)
 		if err != nil {
+			return err
+		}
+		removers = append(removers, func() { _ = inf.RemoveEventHandler(reg) })
+		synced = append(synced, inf.HasSynced)
+		return nil
+	}
+	for _, kind := range r.opts.Kinds {
+		l.listers[kind] = f.apps[kind].Lister()
+		if err := follow(f.apps[kind].Informer(), l.appHandler(kind)); err != nil {
 			r.log.Error("kubesubnet: cannot follow", "kind", kind, "err", err)
 			return
 		}
-		l.listers[kind] = inf.Lister()
-		if _, err := inf.Informer().AddEventHandler(l.appHandler(kind)); err != nil {
-			r.log.Error("kubesubnet: cannot follow", "kind", kind, "err", err)
-			return
-		}
-		synced = append(synced, inf.Informer().HasSynced)
 	}
 	for _, gvr := range []schema.GroupVersionResource{SubnetResource, IPPoolResource, ReservedIPResource} {
-		inf := dynFactory.ForResource(gvr).Informer()
-		if _, err := inf.AddEventHandler(l.clusterHandler(gvr)); err != nil {
+		if err := follow(f.cluster[gvr], l.clusterHandler(gvr)); err != nil {
 			r.log.Error("kubesubnet: cannot follow", "resource", gvr.Resource, "err", err)
 			return
 		}
-		synced = append(synced, inf.HasSynced)
 	}
 	// A pod that goes may have given addresses back: what waits for that is
 	// retried (one Sync for any number of deletions queued meanwhile).
-	pods := metaFactory.ForResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).Informer()
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) {
+	if err := follow(f.pods, cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) {
 		l.queue.Add(keySync)
 	}}); err != nil {
 		r.log.Error("kubesubnet: cannot follow pods", "err", err)
 		return
 	}
-	synced = append(synced, pods.HasSynced)
 
-	kubeFactory.Start(ctx.Done())
-	dynFactory.Start(ctx.Done())
-	metaFactory.Start(ctx.Done())
+	if !shared {
+		kubeFactory.Start(ctx.Done())
+		dynFactory.Start(ctx.Done())
+		metaFactory.Start(ctx.Done())
+	}
 	defer func() {
 		l.queue.ShutDown()
 		cancel()
-		kubeFactory.Shutdown()
-		dynFactory.Shutdown()
-		metaFactory.Shutdown()
+		if !shared {
+			kubeFactory.Shutdown()
+			dynFactory.Shutdown()
+			metaFactory.Shutdown()
+		}
 		r.mu.Lock()
 		r.m = nil
 		r.mu.Unlock()
@@ -501,10 +587,26 @@ func (l *leader) logDecisions(ds []subnet.Decision) {
 			continue
 		case subnet.Fail, subnet.Wait:
 			l.r.log.Warn("kubesubnet: "+d.String(), "pool", d.PoolName())
+			l.r.recordWait(&d)
 		default:
 			l.r.log.Info("kubesubnet: "+d.String(), "pool", d.PoolName())
 		}
 	}
+}
+
+// recordWait records the Event of a decision that waits or fails, on its
+// application.
+func (r *Runner) recordWait(d *subnet.Decision) {
+	if r.opts.Events == nil || d.App.Name == "" {
+		return
+	}
+	reason := EventAutoPoolWaiting
+	if d.Action == subnet.Fail {
+		reason = EventAutoPoolFailed
+	}
+	app := &corev1.ObjectReference{APIVersion: d.App.APIVersion, Kind: d.App.Kind, Namespace: d.App.Namespace,
+		Name: d.App.Name, UID: types.UID(d.App.UID)}
+	r.opts.Events.Eventf(app, nil, corev1.EventTypeWarning, reason, "AllocatePool", "%s", eventnote.Sprintf("%s", d.String()))
 }
 
 // app applies the application of key (app/kind/namespace/name): its

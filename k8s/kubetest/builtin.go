@@ -6,7 +6,9 @@ import (
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -53,7 +55,8 @@ type builtinGroup struct {
 }
 
 // builtinGroups returns the groups the harness serves: pods, nodes and
-// namespaces in the core group, StatefulSets in apps/v1.
+// namespaces in the core group, StatefulSets in apps/v1, Leases in
+// coordination.k8s.io/v1 (leader election) and Events in events.k8s.io/v1.
 func builtinGroups() ([]*builtinGroup, error) {
 	core, err := newBuiltinGroup(corev1.SchemeGroupVersion, corev1.AddToScheme, []builtinKind{
 		{
@@ -86,7 +89,27 @@ func builtinGroups() ([]*builtinGroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []*builtinGroup{core, apps}, nil
+	coordination, err := newBuiltinGroup(coordinationv1.SchemeGroupVersion, coordinationv1.AddToScheme, []builtinKind{
+		{
+			resource: "leases", singular: "lease", namespaced: true,
+			newObj: func() runtime.Object { return &coordinationv1.Lease{} }, newList: func() runtime.Object { return &coordinationv1.LeaseList{} },
+			model: coordinationv1.Lease{}.OpenAPIModelName(), listModel: coordinationv1.LeaseList{}.OpenAPIModelName(),
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	events, err := newBuiltinGroup(eventsv1.SchemeGroupVersion, eventsv1.AddToScheme, []builtinKind{
+		{
+			resource: "events", singular: "event", namespaced: true,
+			newObj: func() runtime.Object { return &eventsv1.Event{} }, newList: func() runtime.Object { return &eventsv1.EventList{} },
+			model: eventsv1.Event{}.OpenAPIModelName(), listModel: eventsv1.EventList{}.OpenAPIModelName(),
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []*builtinGroup{core, apps, coordination, events}, nil
 }
 
 // newBuiltinGroup makes a scheme that holds the group's versioned types, the

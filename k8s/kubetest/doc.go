@@ -8,7 +8,9 @@
 // (go.etcd.io/etcd/server/v3/embed), both listening on 127.0.0.1 only. Beside
 // custom resources it serves, through the same generic registry, the
 // built-in kinds a controller of IP addresses reads: pods, nodes and
-// namespaces (core/v1) and StatefulSets (apps/v1). Nothing is downloaded and
+// namespaces (core/v1), StatefulSets (apps/v1), and the Leases
+// (coordination.k8s.io/v1) and Events (events.k8s.io/v1) a controller writes
+// for leader election and to tell what it did. Nothing is downloaded and
 // no binary is run.
 //
 // This is a module of its own, github.com/ipamkit/ipam/k8s/kubetest, so that

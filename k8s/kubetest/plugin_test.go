@@ -43,10 +43,7 @@ func programs(t *testing.T) string {
 			{"cni-ipam", "../../cmd/cni-ipam", "kubernetes"},
 			{"ipamctl", "../../cmd/ipamctl", ""},
 		} {
-			cmd := exec.Command("go", "build", "-tags", b.tags, "-o", filepath.Join(binDir, b.out), b.pkg)
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("building %s: %v\n%s", b.pkg, err, out)
+			if buildErr = goBuild(filepath.Join(binDir, b.out), b.pkg, b.tags); buildErr != nil {
 				return
 			}
 		}
@@ -55,6 +52,16 @@ func programs(t *testing.T) string {
 		t.Fatal(buildErr)
 	}
 	return binDir
+}
+
+// goBuild builds the program pkg, static, into the file out.
+func goBuild(out, pkg, tags string) error {
+	cmd := exec.Command("go", "build", "-tags", tags, "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("building %s: %v\n%s", pkg, err, msg)
+	}
+	return nil
 }
 
 // kubeconfigFile writes the server's kubeconfig for a program to read.
