@@ -7,6 +7,7 @@ require (
 	github.com/google/go-cmp v0.7.0
 	github.com/ipamkit/ipam v0.0.0
 	github.com/ipamkit/ipam/k8s v0.0.0
+	github.com/ipamkit/ipam/metrics v0.0.0
 	github.com/ipamkit/ipam/store/etcdstore v0.0.0
 	github.com/prometheus/client_golang v1.24.0
 	github.com/stretchr/testify v1.12.1

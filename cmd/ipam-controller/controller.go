@@ -97,7 +97,7 @@ func controller(ctx context.Context, c *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	m.registerUsage(alloc, pools)
+	m.registerUsage(alloc)
 
 	var parts []func(context.Context) error
 	if c.gc {

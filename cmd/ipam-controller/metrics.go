@@ -11,7 +11,7 @@ import (
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s/kubegc"
-	"github.com/ipamkit/ipam/k8s/kubepools"
+	ipammetrics "github.com/ipamkit/ipam/metrics"
 )
 
 // metrics is the program's own Prometheus registry (never the global one)
@@ -42,13 +42,13 @@ func newMetrics() *metrics {
 	return m
 }
 
-// registerUsage is THE place where the pool-usage collector is registered
-// (issue 29: ipamkit_pool_capacity_addresses, ipamkit_pool_allocated_addresses,
-// ipamkit_pool_free_addresses, ...). It comes from the nested module
-// github.com/ipamkit/ipam/metrics, not merged yet; once it is, register its
-// collector for alloc and pools on m.reg here, and nowhere else.
-func (m *metrics) registerUsage(alloc *ipam.Allocator, pools *kubepools.Source) {
-	_, _ = alloc, pools // NOT DONE: the usage collector is not registered yet.
+// registerUsage registers the pool-usage gauges of the metrics module
+// (ipamkit_pool_capacity_addresses, ipamkit_pool_allocated_addresses,
+// ipamkit_pool_free_addresses, ...) for alloc's pools, read at each scrape,
+// so that a deleted pool leaves no series and replicas never overwrite one
+// another. Every replica serves them, leader or not: each reads the Store.
+func (m *metrics) registerUsage(alloc *ipam.Allocator) {
+	m.reg.MustRegister(ipammetrics.NewUsageCollector(alloc, ipammetrics.UsageOptions{}))
 }
 
 // observeGC counts the releases of a garbage collection pass.

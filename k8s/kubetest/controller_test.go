@@ -260,6 +260,13 @@ func TestControllerProgram(t *testing.T) {
 	if _, body := replicas[other].get(t, "/metrics"); !strings.Contains(body, "ipamkit_controller_leading 0") {
 		t.Fatalf("%s, standing by, does not report 0:\n%s", other, body)
 	}
+	// Pool usage, read from the Store at each scrape, on every replica.
+	for id, r := range replicas {
+		waitFor(t, id+" serves the usage of ctrl", func() bool {
+			_, body := r.get(t, "/metrics")
+			return strings.Contains(body, `ipamkit_pool_capacity_addresses{family="4",pool="ctrl"}`)
+		})
+	}
 
 	// A deleted pod's claim goes, with an Event on the pod, counted.
 	c.deletePod("first")
