@@ -44,7 +44,7 @@ import (
 
 func main() {
 	out := bufio.NewWriterSize(os.Stdout, 64<<10)
-	code := run(context.Background(), os.Args[1:], os.Stdin, out, os.Stderr, time.Now)
+	code := runProg(context.Background(), progName(os.Args[0]), os.Args[1:], os.Stdin, out, os.Stderr, time.Now)
 	if err := out.Flush(); err != nil && code == exitOK {
 		fmt.Fprintf(os.Stderr, "ipamctl: writing the output: %v\n", err)
 		code = exitProblem
@@ -52,22 +52,35 @@ func main() {
 	os.Exit(code)
 }
 
+// usageText is the text of "ipamctl help", naming the program prog
+// ("ipamctl", or "kubectl ipam" as a kubectl plugin).
+func usageText(prog string) string {
+	return strings.ReplaceAll(usage, "ipamctl", prog)
+}
+
 const usage = `usage: ipamctl <command> [flags]
 
 commands:
   explain   which pool and address each pod gets, and why
-            (-f FILE... | --kubeconfig FILE) [--pod NS/NAME] [--cni-config FILE] [-o table|json]
+            (-f FILE... | CLUSTER) [--pod NS/NAME] [--cni-config FILE] [-o table|json]
   validate  check every pool alone and against the others
             -f FILE...
   gc        which existing claims garbage collection would release, and why
-            (-f FILE... [--now RFC3339] | --kubeconfig FILE [--release]) [-o table|json]
+            (-f FILE... [--now RFC3339] | CLUSTER [--release]) [-o table|json]
   plan      the SpiderSubnet auto-pools each application needs, and each
             subnet's counts
             -f FILE... [--default-ip-number N|+N] [-o table|json]
+  pools     each pool's total, allocated, reserved and free addresses
+            (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
+  who       who holds an address, in which pool
+            ADDRESS (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
 
 FILE is YAML or JSON, one or more documents, or a List as kubectl prints it;
 "-" is standard input. Each is read up to -max-input (default 256MiB).
---kubeconfig reads a live cluster instead: its objects, and its IPClaims.
+CLUSTER is [--kubeconfig FILE] [--context NAME] [--timeout D] [--quiet]: a
+live cluster, its objects and its IPClaims, found as kubectl finds it
+(--kubeconfig, else $KUBECONFIG, else ~/.kube/config); without -f, a command
+reads the cluster when one is found.
 Run "ipamctl <command> -h" for a command's flags.
 `
 
@@ -81,6 +94,16 @@ const (
 // run runs one command and returns the exit code. "-f -" reads stdin; clock
 // gives the time when gc is not told it.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, clock func() time.Time) int {
+	return runProg(ctx, "ipamctl", args, stdin, stdout, stderr, clock)
+}
+
+// runProg is run for the program named prog: "kubectl ipam" (progName)
+// names itself so in its usage and in its messages on stderr.
+func runProg(ctx context.Context, prog string, args []string, stdin io.Reader, stdout, stderr io.Writer, clock func() time.Time) int {
+	usage := usageText(prog)
+	if prog != "ipamctl" {
+		stderr = &renamer{w: stderr, to: prog}
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
