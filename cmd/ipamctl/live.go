@@ -14,7 +14,6 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/ipamkit/ipam/k8s/kubeclient"
 	"github.com/ipamkit/ipam/k8s/kubestore"
 	"github.com/ipamkit/ipam/store"
 )
@@ -38,18 +37,6 @@ var liveResources = []string{
 
 // livePage is the page size of the lists.
 const livePage = 500
-
-// liveConfig returns the client config of --kubeconfig, with the rate limits
-// a command-line tool wants: more requests per second than client-go's 5.
-func liveConfig(kubeconfig string) (*rest.Config, error) {
-	cfg, err := kubeclient.Config(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	cfg.QPS, cfg.Burst = 50, 100
-	cfg.UserAgent = "ipamctl"
-	return cfg, nil
-}
 
 // loadLive reads the cluster cfg names into a cluster, and its IPClaims of
 // the pools read: a list of each resource, then of the claims of each pool,

@@ -108,7 +108,7 @@ func runProg(ctx context.Context, prog string, args []string, stdin io.Reader, s
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
-	in := &input{maxInput: defaultMaxInput, stdin: stdin}
+	in := &input{maxInput: defaultMaxInput, stdin: stdin, getenv: environ}
 	switch args[0] {
 	case "explain":
 		return runExplain(ctx, args[1:], in, stdout, stderr, clock)
@@ -156,11 +156,14 @@ func parseFlags(fs *flag.FlagSet, args []string, in *input) (code int, ok bool) 
 		fmt.Fprintf(fs.Output(), "ipamctl %s: unexpected arguments %q (name files with -f)\n", fs.Name(), fs.Args())
 		return exitUsage, false
 	}
+	if fs.Lookup("kubeconfig") != nil {
+		in.chooseLive()
+	}
 	switch {
-	case len(in.files) > 0 && in.kubeconfig != "":
-		fmt.Fprintf(fs.Output(), "ipamctl %s: -f and --kubeconfig: read files or a cluster, not both\n", fs.Name())
+	case len(in.files) > 0 && in.clusterNamed():
+		fmt.Fprintf(fs.Output(), "ipamctl %s: -f and --kubeconfig or --context: read files or a cluster, not both\n", fs.Name())
 		return exitUsage, false
-	case len(in.files) == 0 && in.kubeconfig == "":
+	case len(in.files) == 0 && !in.live:
 		fmt.Fprintf(fs.Output(), "ipamctl %s: no input: name at least one file with -f%s\n", fs.Name(), orCluster(fs))
 		return exitUsage, false
 	case fs.Lookup("timeout") != nil && in.timeout <= 0:
@@ -178,14 +181,20 @@ func orCluster(fs *flag.FlagSet) string {
 	if fs.Lookup("kubeconfig") == nil {
 		return ""
 	}
-	return ", or a cluster with --kubeconfig"
+	return ", or a cluster with --kubeconfig, --context, $KUBECONFIG or ~/.kube/config"
 }
 
-// addKubeconfig gives a command the --kubeconfig and --timeout flags.
+// addKubeconfig gives a command the flags of a cluster: --kubeconfig,
+// --context and --timeout.
 func addKubeconfig(fs *flag.FlagSet, in *input) {
-	fs.StringVar(&in.kubeconfig, "kubeconfig", "", "read the objects and IPClaims of the cluster this kubeconfig `file` names, instead of -f files")
-	fs.DurationVar(&in.timeout, "timeout", defaultTimeout, "with --kubeconfig, give up on the cluster after this `duration` (positive)")
+	fs.StringVar(&in.kubeconfig, "kubeconfig", "", "read the objects and IPClaims of the cluster this kubeconfig `file` names, instead of $KUBECONFIG or ~/.kube/config (without -f, a cluster they name is read)")
+	fs.StringVar(&in.kubeContext, "context", "", "the kubeconfig context `name` to use (default: the current context)")
+	fs.DurationVar(&in.timeout, "timeout", defaultTimeout, "give up on the cluster after this `duration` (positive)")
 }
+
+// environ reads the environment of the process: $KUBECONFIG and $HOME
+// tell where a cluster is (the tests of this package hide them).
+var environ = os.Getenv
 
 // defaultTimeout bounds what a command asks of a cluster.
 const defaultTimeout = time.Minute
