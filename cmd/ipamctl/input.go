@@ -42,6 +42,8 @@ type input struct {
 	timeout                 time.Duration
 	// getenv reads the environment ($KUBECONFIG, $HOME).
 	getenv func(string) string
+	// progress reports long work on stderr (--quiet silences it).
+	progress *progress
 }
 
 // clusterNamed reports whether the command line names a cluster.
@@ -100,7 +102,9 @@ func (in *input) cluster(ctx context.Context) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return loadLive(ctx, cfg)
+	c, err := loadLive(ctx, cfg, in.progress)
+	in.progress.end()
+	return c, err
 }
 
 // files is a repeatable -f flag.

@@ -101,14 +101,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 // names itself so in its usage and in its messages on stderr.
 func runProg(ctx context.Context, prog string, args []string, stdin io.Reader, stdout, stderr io.Writer, clock func() time.Time) int {
 	usage := usageText(prog)
+	in := &input{maxInput: defaultMaxInput, stdin: stdin, getenv: environ}
+	in.progress = newProgress(stderr, clock) // a terminal if stderr is one
 	if prog != "ipamctl" {
 		stderr = &renamer{w: stderr, to: prog}
+		in.progress.w = stderr
 	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
-	in := &input{maxInput: defaultMaxInput, stdin: stdin, getenv: environ}
 	switch args[0] {
 	case "explain":
 		return runExplain(ctx, args[1:], in, stdout, stderr, clock)
@@ -185,11 +187,12 @@ func orCluster(fs *flag.FlagSet) string {
 }
 
 // addKubeconfig gives a command the flags of a cluster: --kubeconfig,
-// --context and --timeout.
+// --context, --timeout and --quiet.
 func addKubeconfig(fs *flag.FlagSet, in *input) {
 	fs.StringVar(&in.kubeconfig, "kubeconfig", "", "read the objects and IPClaims of the cluster this kubeconfig `file` names, instead of $KUBECONFIG or ~/.kube/config (without -f, a cluster they name is read)")
 	fs.StringVar(&in.kubeContext, "context", "", "the kubeconfig context `name` to use (default: the current context)")
 	fs.DurationVar(&in.timeout, "timeout", defaultTimeout, "give up on the cluster after this `duration` (positive)")
+	fs.BoolVar(&in.progress.quiet, "quiet", false, "write no progress line on stderr while reading a cluster")
 }
 
 // environ reads the environment of the process: $KUBECONFIG and $HOME
