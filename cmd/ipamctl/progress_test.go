@@ -2,10 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/ipamkit/ipam/cmd/internal/cmdtest"
 )
 
 // fakeClock is a clock a test moves.
@@ -62,6 +70,60 @@ func TestThousands(t *testing.T) {
 	for n, want := range map[int]string{0: "0", 7: "7", 999: "999", 1000: "1,000", 12000: "12,000", 150000: "150,000", 1234567: "1,234,567", -1234: "-1,234"} {
 		if got := thousands(n); got != want {
 			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// TestProgressLive reads a cluster whose pods come in three pages, with a
+// clock that moves 10s at each look, and checks the lines progress
+// writes, and that --quiet writes none.
+func TestProgressLive(t *testing.T) {
+	const pods = 1200
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path != "/api/v1/pods" {
+			fmt.Fprint(w, `{"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []}`)
+			return
+		}
+		from, _ := strconv.Atoi(r.URL.Query().Get("continue"))
+		to := min(from+livePage, pods)
+		meta := "{}"
+		if to < pods {
+			meta = fmt.Sprintf(`{"continue": "%d", "remainingItemCount": %d}`, to, pods-to)
+		}
+		items := make([]string, 0, to-from)
+		for i := from; i < to; i++ {
+			items = append(items, fmt.Sprintf(`{"metadata": {"name": "p-%d", "namespace": "default", "uid": "u-%d"}}`, i, i))
+		}
+		fmt.Fprintf(w, `{"kind": "PodList", "apiVersion": "v1", "metadata": %s, "items": [%s]}`, meta, strings.Join(items, ","))
+	}))
+	defer srv.Close()
+	kubeconfig := cmdtest.Kubeconfig(t, strings.TrimPrefix(srv.URL, "http://"), "")
+	for _, quiet := range []bool{false, true} {
+		c := &fakeClock{t: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+		clock := func() time.Time { c.advance(10 * time.Second); return c.now() }
+		args := []string{"explain", "--kubeconfig", kubeconfig}
+		if quiet {
+			args = append(args, "--quiet")
+		}
+		var stdout, stderr bytes.Buffer
+		run(context.Background(), args, strings.NewReader(""), &stdout, &stderr, clock)
+		var lines []string
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if strings.HasPrefix(l, "ipamctl: read") {
+				lines = append(lines, l)
+			}
+		}
+		want := []string{
+			"ipamctl: read 0 spiderippools", "ipamctl: read 0 spiderreservedips", "ipamctl: read 0 namespaces", "ipamctl: read 0 nodes",
+			"ipamctl: read 500 of ~1,200 pods", "ipamctl: read 1,000 of ~1,200 pods", "ipamctl: read 1,200 of ~1,200 pods",
+			"ipamctl: read 0 statefulsets",
+		}
+		if quiet {
+			want = nil
+		}
+		if diff := cmp.Diff(want, lines); diff != "" {
+			t.Errorf("quiet %v: progress lines (-want +got):\n%s\nstderr:\n%s", quiet, diff, stderr.String())
 		}
 	}
 }
