@@ -2,10 +2,12 @@
 // SpiderSubnets, Namespaces, Nodes, Pods and the controllers of pods, as files
 // or as `kubectl get -o yaml` prints them) and answers questions with the ipam library:
 //
-//	ipamctl explain (-f FILE... | --kubeconfig FILE) [--pod NS/NAME] [--cni-config FILE] [-o table|json]
+//	ipamctl explain (-f FILE... | CLUSTER) [--pod NS/NAME] [--cni-config FILE] [-o table|json]
 //	ipamctl validate -f FILE...
-//	ipamctl gc (-f FILE... [--now RFC3339] | --kubeconfig FILE [--release]) [-o table|json]
+//	ipamctl gc (-f FILE... [--now RFC3339] | CLUSTER [--release]) [-o table|json]
 //	ipamctl plan -f FILE... [--default-ip-number N|+N] [-o table|json]
+//	ipamctl pools (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
+//	ipamctl who ADDRESS (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
 //
 // explain allocates every pod, in file order, against one in-memory store
 // that holds the pools' existing claims (status.allocatedIPs), and prints for
@@ -16,15 +18,22 @@
 // and why. plan says which SpiderSubnet auto-pools each application
 // (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob) needs, with
 // their addresses and labels, and each SpiderSubnet's counts once they are
-// made. See README.md for the output formats.
+// made. pools prints each pool's usage; who, who holds an address. See
+// README.md for the output formats.
 //
 // Input is read from files or standard input (-f -), each up to -max-input;
 // a List is read item by item, objects of kinds ipamctl does not read are
 // skipped with a note, and explain writes each pod's answer as soon as it has
-// it. With --kubeconfig, explain and gc read a live cluster instead, through
-// its API server: the same kinds, and the cluster's IPClaims; gc --release
-// then releases the IPClaims it judges releasable, each at the revision it
-// judged. Nothing else writes to a cluster.
+// it. Without -f, explain, gc, pools and who read a live cluster instead
+// (CLUSTER: [--kubeconfig FILE] [--context NAME] [--timeout D] [--quiet],
+// found with client-go's kubeconfig rules: --kubeconfig, else $KUBECONFIG,
+// else ~/.kube/config), through its API server: the same kinds, and the
+// cluster's IPClaims, with a progress line on stderr for long reads; gc
+// --release then releases the IPClaims it judges releasable, each at the
+// revision it judged. Nothing else writes to a cluster.
+//
+// Named kubectl-ipam, the program is the kubectl plugin "kubectl ipam", and
+// names itself so.
 package main
 
 import (
