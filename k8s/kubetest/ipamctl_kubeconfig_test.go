@@ -14,9 +14,10 @@ import (
 	"github.com/ipamkit/ipam/k8s/kubepools"
 )
 
-// ipamctlEnv runs ipamctl with args in an environment of its own: env
-// ("KEY=value") and a HOME without a kubeconfig. It returns stdout,
-// stderr and the exit code.
+// ipamctlEnv runs ipamctl with args in an environment of its own: no
+// $KUBECONFIG, a HOME without a kubeconfig (so that the machine's cluster
+// is never read), then env ("KEY=value"). It returns stdout, stderr and the
+// exit code.
 func ipamctlEnv(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(programs(t), "ipamctl"), args...)
