@@ -34,12 +34,12 @@ func runGC(ctx context.Context, args []string, in *input, stdout, stderr io.Writ
 	if code, ok := parseFlags(fs, args, in); !ok {
 		return code
 	}
-	if in.kubeconfig != "" && at != "" {
-		fmt.Fprintln(stderr, "ipamctl gc: --now and --kubeconfig: a live cluster is judged as it is now")
+	if in.live && at != "" {
+		fmt.Fprintln(stderr, "ipamctl gc: --now and a cluster: a live cluster is judged as it is now")
 		return exitUsage
 	}
-	if release && in.kubeconfig == "" {
-		fmt.Fprintln(stderr, "ipamctl gc: --release needs --kubeconfig: claims in files are not released")
+	if release && !in.live {
+		fmt.Fprintln(stderr, "ipamctl gc: --release needs a cluster (--kubeconfig, --context, $KUBECONFIG or ~/.kube/config): claims in files are not released")
 		return exitUsage
 	}
 	// A live cluster's snapshot is as old as the moment before it is read:
@@ -82,7 +82,7 @@ func runGC(ctx context.Context, args []string, in *input, stdout, stderr io.Writ
 	}
 	ds := gc.Decide(claims, snap, now, gc.Options{})
 	if release {
-		live, err := collectLive(ctx, in.kubeconfig, c, snap, now)
+		live, err := collectLive(ctx, in, c, snap, now)
 		if err != nil {
 			fmt.Fprintf(stderr, "ipamctl gc: --release: %v\n", err)
 		}
@@ -105,8 +105,8 @@ func runGC(ctx context.Context, args []string, in *input, stdout, stderr io.Writ
 // collectLive releases the IPClaims of c's pools that gc.Decide releases
 // against snap, through the cluster's API, each at the revision it is read
 // at: they are read again after snap was taken.
-func collectLive(ctx context.Context, kubeconfig string, c *cluster, snap *gc.Snapshot, now time.Time) ([]gc.Decision, error) {
-	cfg, err := liveConfig(kubeconfig)
+func collectLive(ctx context.Context, in *input, c *cluster, snap *gc.Snapshot, now time.Time) ([]gc.Decision, error) {
+	cfg, err := in.restConfig()
 	if err != nil {
 		return nil, err
 	}

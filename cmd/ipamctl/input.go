@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/ipamkit/ipam/cmd/internal/kubeconfig"
 )
 
@@ -30,36 +33,78 @@ type input struct {
 	files    files
 	maxInput byteSize
 	stdin    io.Reader
-	// kubeconfig, when set, names a cluster to read instead of files
-	// (--kubeconfig, live.go).
-	kubeconfig string
-	timeout    time.Duration
+	// kubeconfig and kubeContext choose a cluster as kubectl does
+	// (--kubeconfig, --context; else $KUBECONFIG, else ~/.kube/config);
+	// live says that the command reads it instead of files (chooseLive,
+	// live.go).
+	kubeconfig, kubeContext string
+	live                    bool
+	timeout                 time.Duration
+	// getenv reads the environment ($KUBECONFIG, $HOME).
+	getenv func(string) string
+	// progress reports long work on stderr (--quiet silences it).
+	progress *progress
+}
+
+// clusterNamed reports whether the command line names a cluster.
+func (in *input) clusterNamed() bool { return in.kubeconfig != "" || in.kubeContext != "" }
+
+// chooseLive decides whether a command that can read a cluster reads one:
+// when --kubeconfig or --context is given, or, without -f, when the
+// loading rules find a kubeconfig ($KUBECONFIG, ~/.kube/config).
+func (in *input) chooseLive() {
+	in.live = in.clusterNamed() ||
+		len(in.files) == 0 && len(kubeconfig.Files(in.rules())) > 0
+}
+
+// rules are client-go's loading rules for this input.
+func (in *input) rules() *clientcmd.ClientConfigLoadingRules {
+	getenv := in.getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	return kubeconfig.Rules(in.kubeconfig, getenv)
+}
+
+// restConfig returns the client config of the cluster, with the rate
+// limits a command-line tool wants: more requests per second than
+// client-go's 5. Each kubeconfig file, and the files its context names,
+// is read up to 4 MiB first: client-go reads them whole.
+func (in *input) restConfig() (*rest.Config, error) {
+	cfg, err := kubeconfig.Load(in.rules(), in.kubeContext)
+	if err != nil {
+		if in.kubeconfig != "" {
+			return nil, fmt.Errorf("--kubeconfig %w", err)
+		}
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	cfg.UserAgent = "ipamctl"
+	return cfg, nil
 }
 
 // bound returns ctx bounded by --timeout when a cluster is read
 // (parseFlags refuses a timeout that is not positive).
 func (in *input) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if in.kubeconfig == "" {
+	if !in.live {
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, in.timeout)
 }
 
-// cluster reads the input: the files, or the cluster --kubeconfig names.
-// An error means the cluster could not be read at all.
+// cluster reads the input: the files, or the cluster. An error means the
+// cluster could not be read at all.
 func (in *input) cluster(ctx context.Context) (*cluster, error) {
-	if in.kubeconfig == "" {
+	if !in.live {
 		return in.load(), nil
 	}
-	// client-go reads the file, and those it names, whole.
-	if err := kubeconfig.Check(in.kubeconfig); err != nil {
-		return nil, fmt.Errorf("--kubeconfig %w", err)
-	}
-	cfg, err := liveConfig(in.kubeconfig)
+	cfg, err := in.restConfig()
 	if err != nil {
 		return nil, err
 	}
-	return loadLive(ctx, cfg)
+	c, err := loadLive(ctx, cfg, in.progress)
+	in.progress.end()
+	return c, err
 }
 
 // files is a repeatable -f flag.

@@ -14,7 +14,6 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/ipamkit/ipam/k8s/kubeclient"
 	"github.com/ipamkit/ipam/k8s/kubestore"
 	"github.com/ipamkit/ipam/store"
 )
@@ -39,23 +38,14 @@ var liveResources = []string{
 // livePage is the page size of the lists.
 const livePage = 500
 
-// liveConfig returns the client config of --kubeconfig, with the rate limits
-// a command-line tool wants: more requests per second than client-go's 5.
-func liveConfig(kubeconfig string) (*rest.Config, error) {
-	cfg, err := kubeclient.Config(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	cfg.QPS, cfg.Burst = 50, 100
-	cfg.UserAgent = "ipamctl"
-	return cfg, nil
-}
-
 // loadLive reads the cluster cfg names into a cluster, and its IPClaims of
 // the pools read: a list of each resource, then of the claims of each pool,
 // all bounded by ctx. A resource the server does not serve (the Spiderpool
 // CRDs not installed) is a problem; the others are still read.
-func loadLive(ctx context.Context, cfg *rest.Config) (*cluster, error) {
+//
+// It reports its progress to p: the objects of each resource read, of
+// about how many (the server's remainingItemCount), and the IPClaims.
+func loadLive(ctx context.Context, cfg *rest.Config, p *progress) (*cluster, error) {
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
@@ -69,7 +59,8 @@ func loadLive(ctx context.Context, cfg *rest.Config) (*cluster, error) {
 	for _, path := range liveResources {
 		name := base.Host + path
 		c.files = append(c.files, name)
-		cont := ""
+		what := path[strings.LastIndexByte(path, '/')+1:]
+		cont, read := "", 0
 		for {
 			u := *base
 			u.Path = path
@@ -89,10 +80,19 @@ func loadLive(ctx context.Context, cfg *rest.Config) (*cluster, error) {
 			c.load(name, data)
 			var page struct {
 				Metadata struct {
-					Continue string `json:"continue"`
+					Continue  string `json:"continue"`
+					Remaining int    `json:"remainingItemCount"`
 				} `json:"metadata"`
+				Items []json.RawMessage `json:"items"`
 			}
-			if err := json.Unmarshal(data, &page); err != nil || page.Metadata.Continue == "" {
+			err = json.Unmarshal(data, &page)
+			read += len(page.Items)
+			total := 0 // not known
+			if page.Metadata.Remaining > 0 || page.Metadata.Continue == "" {
+				total = read + page.Metadata.Remaining
+			}
+			p.report(read, total, what)
+			if err != nil || page.Metadata.Continue == "" {
 				break
 			}
 			cont = page.Metadata.Continue
@@ -102,7 +102,8 @@ func loadLive(ctx context.Context, cfg *rest.Config) (*cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
-	for _, po := range c.pools {
+	for i, po := range c.pools {
+		p.report(len(c.liveClaims), 0, fmt.Sprintf("IPClaims (pool %d of %d)", i+1, len(c.pools)))
 		claims, err := st.List(ctx, po.pool.Name)
 		if err != nil {
 			if ctx.Err() != nil {

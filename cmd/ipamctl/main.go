@@ -2,10 +2,12 @@
 // SpiderSubnets, Namespaces, Nodes, Pods and the controllers of pods, as files
 // or as `kubectl get -o yaml` prints them) and answers questions with the ipam library:
 //
-//	ipamctl explain (-f FILE... | --kubeconfig FILE) [--pod NS/NAME] [--cni-config FILE] [-o table|json]
+//	ipamctl explain (-f FILE... | CLUSTER) [--pod NS/NAME] [--cni-config FILE] [-o table|json]
 //	ipamctl validate -f FILE...
-//	ipamctl gc (-f FILE... [--now RFC3339] | --kubeconfig FILE [--release]) [-o table|json]
+//	ipamctl gc (-f FILE... [--now RFC3339] | CLUSTER [--release]) [-o table|json]
 //	ipamctl plan -f FILE... [--default-ip-number N|+N] [-o table|json]
+//	ipamctl pools (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
+//	ipamctl who ADDRESS (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
 //	ipamctl version
 //
 // explain allocates every pod, in file order, against one in-memory store
@@ -17,16 +19,24 @@
 // and why. plan says which SpiderSubnet auto-pools each application
 // (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob) needs, with
 // their addresses and labels, and each SpiderSubnet's counts once they are
-// made. version prints the version of module github.com/ipamkit/ipam/cmd
-// the binary was built from ("(devel)" for a build in a workspace). See README.md for the output formats.
+// made. pools prints each pool's usage; who, who holds an address; version,
+// the version of module github.com/ipamkit/ipam/cmd the binary was built
+// from ("(devel)" for a build in a workspace). See README.md for the output
+// formats.
 //
 // Input is read from files or standard input (-f -), each up to -max-input;
 // a List is read item by item, objects of kinds ipamctl does not read are
 // skipped with a note, and explain writes each pod's answer as soon as it has
-// it. With --kubeconfig, explain and gc read a live cluster instead, through
-// its API server: the same kinds, and the cluster's IPClaims; gc --release
-// then releases the IPClaims it judges releasable, each at the revision it
-// judged. Nothing else writes to a cluster.
+// it. Without -f, explain, gc, pools and who read a live cluster instead
+// (CLUSTER: [--kubeconfig FILE] [--context NAME] [--timeout D] [--quiet],
+// found with client-go's kubeconfig rules: --kubeconfig, else $KUBECONFIG,
+// else ~/.kube/config), through its API server: the same kinds, and the
+// cluster's IPClaims, with a progress line on stderr for long reads; gc
+// --release then releases the IPClaims it judges releasable, each at the
+// revision it judged. Nothing else writes to a cluster.
+//
+// Named kubectl-ipam, the program is the kubectl plugin "kubectl ipam", and
+// names itself so.
 package main
 
 import (
@@ -47,7 +57,7 @@ import (
 
 func main() {
 	out := bufio.NewWriterSize(os.Stdout, 64<<10)
-	code := run(context.Background(), os.Args[1:], os.Stdin, out, os.Stderr, time.Now)
+	code := runProg(context.Background(), progName(os.Args[0]), os.Args[1:], os.Stdin, out, os.Stderr, time.Now)
 	if err := out.Flush(); err != nil && code == exitOK {
 		fmt.Fprintf(os.Stderr, "ipamctl: writing the output: %v\n", err)
 		code = exitProblem
@@ -55,23 +65,36 @@ func main() {
 	os.Exit(code)
 }
 
+// usageText is the text of "ipamctl help", naming the program prog
+// ("ipamctl", or "kubectl ipam" as a kubectl plugin).
+func usageText(prog string) string {
+	return strings.ReplaceAll(usage, "ipamctl", prog)
+}
+
 const usage = `usage: ipamctl <command> [flags]
 
 commands:
   explain   which pool and address each pod gets, and why
-            (-f FILE... | --kubeconfig FILE) [--pod NS/NAME] [--cni-config FILE] [-o table|json]
+            (-f FILE... | CLUSTER) [--pod NS/NAME] [--cni-config FILE] [-o table|json]
   validate  check every pool alone and against the others
             -f FILE...
   gc        which existing claims garbage collection would release, and why
-            (-f FILE... [--now RFC3339] | --kubeconfig FILE [--release]) [-o table|json]
+            (-f FILE... [--now RFC3339] | CLUSTER [--release]) [-o table|json]
   plan      the SpiderSubnet auto-pools each application needs, and each
             subnet's counts
             -f FILE... [--default-ip-number N|+N] [-o table|json]
+  pools     each pool's total, allocated, reserved and free addresses
+            (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
+  who       who holds an address, in which pool
+            ADDRESS (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
   version   the version of ipamctl
 
 FILE is YAML or JSON, one or more documents, or a List as kubectl prints it;
 "-" is standard input. Each is read up to -max-input (default 256MiB).
---kubeconfig reads a live cluster instead: its objects, and its IPClaims.
+CLUSTER is [--kubeconfig FILE] [--context NAME] [--timeout D] [--quiet]: a
+live cluster, its objects and its IPClaims, found as kubectl finds it
+(--kubeconfig, else $KUBECONFIG, else ~/.kube/config); without -f, a command
+reads the cluster when one is found.
 Run "ipamctl <command> -h" for a command's flags.
 `
 
@@ -85,11 +108,23 @@ const (
 // run runs one command and returns the exit code. "-f -" reads stdin; clock
 // gives the time when gc is not told it.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, clock func() time.Time) int {
+	return runProg(ctx, "ipamctl", args, stdin, stdout, stderr, clock)
+}
+
+// runProg is run for the program named prog: "kubectl ipam" (progName)
+// names itself so in its usage and in its messages on stderr.
+func runProg(ctx context.Context, prog string, args []string, stdin io.Reader, stdout, stderr io.Writer, clock func() time.Time) int {
+	usage := usageText(prog)
+	in := &input{maxInput: defaultMaxInput, stdin: stdin, getenv: environ}
+	in.progress = newProgress(stderr, clock) // a terminal if stderr is one
+	if prog != "ipamctl" {
+		stderr = &renamer{w: stderr, to: prog}
+		in.progress.w = stderr
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
-	in := &input{maxInput: defaultMaxInput, stdin: stdin}
 	switch args[0] {
 	case "explain":
 		return runExplain(ctx, args[1:], in, stdout, stderr, clock)
@@ -140,11 +175,14 @@ func parseFlags(fs *flag.FlagSet, args []string, in *input) (code int, ok bool) 
 		fmt.Fprintf(fs.Output(), "ipamctl %s: unexpected arguments %q (name files with -f)\n", fs.Name(), fs.Args())
 		return exitUsage, false
 	}
+	if fs.Lookup("kubeconfig") != nil {
+		in.chooseLive()
+	}
 	switch {
-	case len(in.files) > 0 && in.kubeconfig != "":
-		fmt.Fprintf(fs.Output(), "ipamctl %s: -f and --kubeconfig: read files or a cluster, not both\n", fs.Name())
+	case len(in.files) > 0 && in.clusterNamed():
+		fmt.Fprintf(fs.Output(), "ipamctl %s: -f and --kubeconfig or --context: read files or a cluster, not both\n", fs.Name())
 		return exitUsage, false
-	case len(in.files) == 0 && in.kubeconfig == "":
+	case len(in.files) == 0 && !in.live:
 		fmt.Fprintf(fs.Output(), "ipamctl %s: no input: name at least one file with -f%s\n", fs.Name(), orCluster(fs))
 		return exitUsage, false
 	case fs.Lookup("timeout") != nil && in.timeout <= 0:
@@ -162,14 +200,21 @@ func orCluster(fs *flag.FlagSet) string {
 	if fs.Lookup("kubeconfig") == nil {
 		return ""
 	}
-	return ", or a cluster with --kubeconfig"
+	return ", or a cluster with --kubeconfig, --context, $KUBECONFIG or ~/.kube/config"
 }
 
-// addKubeconfig gives a command the --kubeconfig and --timeout flags.
+// addKubeconfig gives a command the flags of a cluster: --kubeconfig,
+// --context, --timeout and --quiet.
 func addKubeconfig(fs *flag.FlagSet, in *input) {
-	fs.StringVar(&in.kubeconfig, "kubeconfig", "", "read the objects and IPClaims of the cluster this kubeconfig `file` names, instead of -f files")
-	fs.DurationVar(&in.timeout, "timeout", defaultTimeout, "with --kubeconfig, give up on the cluster after this `duration` (positive)")
+	fs.StringVar(&in.kubeconfig, "kubeconfig", "", "read the objects and IPClaims of the cluster this kubeconfig `file` names, instead of $KUBECONFIG or ~/.kube/config (without -f, a cluster they name is read)")
+	fs.StringVar(&in.kubeContext, "context", "", "the kubeconfig context `name` to use (default: the current context)")
+	fs.DurationVar(&in.timeout, "timeout", defaultTimeout, "give up on the cluster after this `duration` (positive)")
+	fs.BoolVar(&in.progress.quiet, "quiet", false, "write no progress line on stderr while reading a cluster")
 }
+
+// environ reads the environment of the process: $KUBECONFIG and $HOME
+// tell where a cluster is (the tests of this package hide them).
+var environ = os.Getenv
 
 // defaultTimeout bounds what a command asks of a cluster.
 const defaultTimeout = time.Minute

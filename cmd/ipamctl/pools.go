@@ -95,17 +95,20 @@ func (s *source) parse(fs *flag.FlagSet, args []string, in *input, arg bool) (co
 		want = 1
 	}
 	state := s.cniConf != "" || s.stateDir != ""
+	if !state {
+		in.chooseLive()
+	}
 	switch {
 	case fs.NArg() != want:
 		fmt.Fprintf(fs.Output(), "ipamctl %s: want %s, got %q\n", fs.Name(), plural(want, "argument"), fs.Args())
-	case state && (len(in.files) > 0 || in.kubeconfig != ""):
-		fmt.Fprintf(fs.Output(), "ipamctl %s: --cni-config and --state-dir read a node's state: not with -f or --kubeconfig\n", fs.Name())
+	case state && (len(in.files) > 0 || in.clusterNamed()):
+		fmt.Fprintf(fs.Output(), "ipamctl %s: --cni-config and --state-dir read a node's state: not with -f, --kubeconfig or --context\n", fs.Name())
 	case state && s.cniConf == "":
 		fmt.Fprintf(fs.Output(), "ipamctl %s: --state-dir needs --cni-config, which says the state directory's pools\n", fs.Name())
-	case !state && len(in.files) > 0 && in.kubeconfig != "":
-		fmt.Fprintf(fs.Output(), "ipamctl %s: -f and --kubeconfig: read files or a cluster, not both\n", fs.Name())
-	case !state && len(in.files) == 0 && in.kubeconfig == "":
-		fmt.Fprintf(fs.Output(), "ipamctl %s: no input: name files with -f, a cluster with --kubeconfig, or a node's state with --cni-config\n", fs.Name())
+	case !state && len(in.files) > 0 && in.clusterNamed():
+		fmt.Fprintf(fs.Output(), "ipamctl %s: -f and --kubeconfig or --context: read files or a cluster, not both\n", fs.Name())
+	case !state && len(in.files) == 0 && !in.live:
+		fmt.Fprintf(fs.Output(), "ipamctl %s: no input: name files with -f, a cluster with --kubeconfig, --context, $KUBECONFIG or ~/.kube/config, or a node's state with --cni-config\n", fs.Name())
 	default:
 		return 0, true
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,21 +16,11 @@ import (
 	"github.com/ipamkit/ipam/k8s/kubepools"
 )
 
-// ipamctl runs ipamctl with args and returns its stdout, stderr and exit
-// code.
+// ipamctl runs ipamctl with args, in an environment without a kubeconfig
+// of its own (ipamctlEnv), and returns its stdout, stderr and exit code.
 func ipamctl(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(programs(t), "ipamctl"), args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return stdout.String(), stderr.String(), code
+	return ipamctlEnv(t, nil, args...)
 }
 
 // TestIpamctlLive runs ipamctl explain and gc against the server through a
