@@ -10,7 +10,7 @@ import (
 
 func TestSubjectOfApp(t *testing.T) {
 	req := ipam.Request{Namespace: "ns1", Name: "web-0", App: filterApp()}
-	s, err := ipam.SubjectOf(&req, ipam.Interface{Name: "net1"})
+	s, err := ipam.SubjectOf(&req, ipam.NIC{Name: "net1"})
 	require.NoError(t, err)
 	require.Equal(t, filterApp(), s.App)
 }

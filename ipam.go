@@ -140,12 +140,6 @@ type NetConf struct {
 	ClusterNetwork string `json:"-"`
 }
 
-// Interface is NIC's former name, kept so that code written against it
-// compiles while call sites move.
-//
-// Deprecated: use NIC.
-type Interface = NIC
-
 // NIC asks for the addresses of one network interface of the pod (a NIC, such
 // as eth0 or a Multus net1): Request.Interfaces lists them. The zero NIC has
 // no name and is not valid. A NIC is a plain value.

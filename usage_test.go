@@ -27,7 +27,7 @@ func ExampleAllocator_Usage() {
 	ctx := context.Background()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, id := range []string{"a", "b", "c"} {
-		alloc.AllocateAt(ctx, ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"blue"}}}}, now)
+		alloc.AllocateAt(ctx, ipam.Request{ContainerID: id, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"blue"}}}}, now)
 	}
 	alloc.ReleaseAt(ctx, store.Owner{ContainerID: "c", Interface: "eth0"}, now)
 	for _, at := range []time.Time{now, now.Add(2 * time.Minute)} {
@@ -132,7 +132,7 @@ func (s *listCounter) List(ctx context.Context, pool string) ([]store.Claim, err
 func TestUsageCountsWithoutList(t *testing.T) {
 	ctx := context.Background()
 	cat := must(ipam.NewCatalog(ipam.MustParsePool(`{"name":"p","ranges":[{"subnet":"10.0.0.0/28"}]}`)))
-	req := ipam.Request{ContainerID: "c", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+	req := ipam.Request{ContainerID: "c", Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}
 
 	counter := &listCounter{Store: memstore.New()}
 	a := must(ipam.NewAllocator(ipam.Options{Pools: cat, Store: counter}))
@@ -256,13 +256,13 @@ func TestUsageReservedAndQuarantine(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	// 10.0.0.28 is claimed before it is reserved.
 	a := must(ipam.NewAllocator(ipam.Options{Pools: plain, Store: st}))
-	_, err := a.AllocateAt(ctx, ipam.Request{ContainerID: "old", Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.28")}}}}, now)
+	_, err := a.AllocateAt(ctx, ipam.Request{ContainerID: "old", Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.28")}}}}, now)
 	require.NoError(t, err)
 
 	cat := must(plain.WithReserved(rsv))
 	b := must(ipam.NewAllocator(ipam.Options{Pools: cat, Store: st, Quarantine: time.Minute}))
 	for i := range 4 {
-		_, err := b.AllocateAt(ctx, ipam.Request{ContainerID: fmt.Sprint(i), Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}, now)
+		_, err := b.AllocateAt(ctx, ipam.Request{ContainerID: fmt.Sprint(i), Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}, now)
 		require.NoError(t, err)
 	}
 	require.NoError(t, b.ReleaseAt(ctx, store.Owner{ContainerID: "0"}, now))
@@ -307,7 +307,7 @@ func TestObserver(t *testing.T) {
 	rec := &recorder{}
 	a := must(ipam.NewAllocator(ipam.Options{Pools: cat, Observer: rec}))
 	req := func(id string) ipam.Request {
-		return ipam.Request{ContainerID: id, Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"p"}}}}
+		return ipam.Request{ContainerID: id, Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"p"}}}}
 	}
 	res, err := a.Allocate(ctx, req("a"))
 	require.NoError(t, err)

@@ -64,7 +64,7 @@ func BenchmarkAutoPools(b *testing.B) {
 						name := fmt.Sprintf("%s-%d", app.Name, r)
 						uid := app.UID + "-" + name
 						if _, err := alloc.Allocate(ctx, ipam.Request{Namespace: "bench", Name: name, UID: uid,
-							Annotations: app.Annotations, App: app.AppRef, Interfaces: []ipam.Interface{{Name: "eth0"}}}); err != nil {
+							Annotations: app.Annotations, App: app.AppRef, Interfaces: []ipam.NIC{{Name: "eth0"}}}); err != nil {
 							b.Fatal(err)
 						}
 					}

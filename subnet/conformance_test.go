@@ -151,7 +151,7 @@ func (c *ssCluster) start(app subnet.Application, name string, stable bool, ifac
 	uid := "uid-" + name
 	req := ipam.Request{Namespace: "default", Name: name, UID: uid, Stable: stable, Annotations: app.Annotations, App: app.AppRef}
 	for _, i := range ifaces {
-		req.Interfaces = append(req.Interfaces, ipam.Interface{Name: i})
+		req.Interfaces = append(req.Interfaces, ipam.NIC{Name: i})
 	}
 	return c.alloc.Allocate(c.ctx, req)
 }
@@ -527,7 +527,7 @@ var ssCases = map[string]func(t *testing.T){
 			}
 			// A restarted member (new UID, same name) keeps its address.
 			res, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "sts-1", UID: "uid-sts-1-again", Stable: true,
-				Annotations: sts.Annotations, App: sts.AppRef, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+				Annotations: sts.Annotations, App: sts.AppRef, Interfaces: []ipam.NIC{{Name: "eth0"}}})
 			require.NoError(t, err)
 			require.Equal(t, ips["sts-1"], res.IPs[0].Address.Addr())
 			// Scale 3 -> 2.
@@ -739,7 +739,7 @@ func TestSpiderSubnetAutoPoolAffinity(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "intruder", UID: "uid-intruder", App: tc.app,
-				Annotations: byName, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+				Annotations: byName, Interfaces: []ipam.NIC{{Name: "eth0"}}})
 			require.ErrorIs(t, err, ipam.ErrNoCandidates)
 			var ae *ipam.AllocationError
 			require.ErrorAs(t, err, &ae)
@@ -752,7 +752,7 @@ func TestSpiderSubnetAutoPoolAffinity(t *testing.T) {
 	// The application's own pod may name its pool, and gets the lowest
 	// free address of it.
 	res, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "web-0", UID: "uid-web-0", App: web.AppRef,
-		Annotations: byName, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+		Annotations: byName, Interfaces: []ipam.NIC{{Name: "eth0"}}})
 	require.NoError(t, err)
 	require.Equal(t, "auto4-web-eth0-a5bd3", res.IPs[0].Pool)
 	require.Equal(t, "10.6.168.101/16", res.IPs[0].Address.String())
@@ -762,6 +762,6 @@ func TestSpiderSubnetAutoPoolAffinity(t *testing.T) {
 	// has no pool.
 	other := ipam.AppRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "other", UID: "u-other-0ther"}
 	_, err = c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "x", UID: "uid-x", App: other,
-		Annotations: web.Annotations, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+		Annotations: web.Annotations, Interfaces: []ipam.NIC{{Name: "eth0"}}})
 	require.ErrorIs(t, err, ipam.ErrNotReady)
 }

@@ -94,7 +94,7 @@ func ExampleManager() {
 	// A pod names its application (its top controller) in Request.App.
 	pod := func(name string, owner ipam.AppRef) ipam.Request {
 		return ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name, App: owner,
-			Annotations: app.Annotations, Interfaces: []ipam.Interface{{Name: "eth0"}}}
+			Annotations: app.Annotations, Interfaces: []ipam.NIC{{Name: "eth0"}}}
 	}
 
 	// The pod comes before its application: it is told to retry.

@@ -227,7 +227,7 @@ func TestSubnetManagerServes(t *testing.T) {
 	require.True(t, ipam.IsAutoPool(p))
 	require.Equal(t, ipam.LowestFree, p.Strategy)
 	// A pod without the subnet annotation is served by the cluster default.
-	res, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "plain", UID: "uid-plain", Interfaces: []ipam.Interface{{Name: "eth0"}}})
+	res, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: "plain", UID: "uid-plain", Interfaces: []ipam.NIC{{Name: "eth0"}}})
 	require.NoError(t, err)
 	require.Equal(t, "manual", res.IPs[0].Pool)
 	require.Nil(t, c.m.Reserved(4))
@@ -257,7 +257,7 @@ func TestSubnetManagerConcurrent(t *testing.T) {
 				}
 				name := fmt.Sprintf("g%d-%d", g, round)
 				_, err := c.alloc.Allocate(c.ctx, ipam.Request{Namespace: "default", Name: name, UID: "uid-" + name,
-					Annotations: app.Annotations, App: app.AppRef, Interfaces: []ipam.Interface{{Name: "eth0"}}})
+					Annotations: app.Annotations, App: app.AppRef, Interfaces: []ipam.NIC{{Name: "eth0"}}})
 				if err != nil && !errors.Is(err, ipam.ErrNoCandidates) && !errors.Is(err, ipam.ErrNotReady) {
 					t.Error(err)
 					return

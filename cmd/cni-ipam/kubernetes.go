@@ -164,7 +164,7 @@ func (k *kubeCluster) request(ctx context.Context, pod podArgs, containerID, ifn
 			return ipam.Request{}, err
 		}
 	}
-	req := k8s.Request(p, ns, n, ipam.Interface{Name: ifname})
+	req := k8s.Request(p, ns, n, ipam.NIC{Name: ifname})
 	req.ContainerID = containerID
 	req.NetConf = nc
 	return req, nil

@@ -195,7 +195,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 	return p.runChecked(args, checkPod, func(ctx context.Context, s *session) error {
 		c := s.cfg
 		req := ipam.Request{ContainerID: args.ContainerID}
-		ifc := ipam.Interface{Name: args.IfName}
+		ifc := ipam.NIC{Name: args.IfName}
 		switch {
 		case s.cluster != nil:
 			// The pod as the cluster has it: its UID is the owner, its
@@ -215,7 +215,7 @@ func (p *plugin) cmdAdd(args *skel.CmdArgs) error {
 		default:
 			ifc.Pools, ifc.IPs = c.PoolNames(), c.Requested
 		}
-		req.Interfaces = []ipam.Interface{ifc}
+		req.Interfaces = []ipam.NIC{ifc}
 		res, err := s.alloc.Allocate(ctx, req)
 		if err != nil {
 			return err

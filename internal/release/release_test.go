@@ -147,7 +147,7 @@ func main() {
 		panic(err)
 	}
 	res, err := alloc.Allocate(context.Background(), ipam.Request{Namespace: "default", Name: "web-0", UID: "u1",
-		Interfaces: []ipam.Interface{{Name: "eth0", Pools: []string{"blue"}}}})
+		Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{"blue"}}}})
 	if err != nil {
 		panic(err)
 	}

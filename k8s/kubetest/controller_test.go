@@ -204,7 +204,7 @@ func TestControllerProgram(t *testing.T) {
 	claim := func(name string) store.Claim {
 		t.Helper()
 		p := c.pod(podSpec{name: name, node: "ctrl-node", phase: corev1.PodRunning})
-		res, err := agent.Allocate(ctx, k8s.Request(p, nil, nil, ipam.Interface{Name: "eth0", Pools: []string{"ctrl"}}))
+		res, err := agent.Allocate(ctx, k8s.Request(p, nil, nil, ipam.NIC{Name: "eth0", Pools: []string{"ctrl"}}))
 		if err != nil {
 			t.Fatal(err)
 		}
