@@ -11,11 +11,11 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"go4.org/netipx"
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/cmd/internal/limited"
 	"github.com/ipamkit/ipam/hostlocal"
+	"github.com/ipamkit/ipam/store/filestore"
 )
 
 // config is one invocation's network configuration, in either form:
@@ -90,33 +90,13 @@ func (c *config) PoolNames() []string {
 
 // poolLoc says which addresses of the state directory belong to a pool: the
 // filestore's mapping of files to pools.
-type poolLoc struct {
-	Name     string
-	Index    int
-	Prefixes []netip.Prefix
-}
+type poolLoc = filestore.Pool
 
 // Locations returns where each pool's claims live: the prefixes covering its
 // ranges (start to end), which are disjoint across pools because the pools'
-// ranges are.
+// ranges are (hostlocal.FileStorePools).
 func (c *config) Locations() ([]poolLoc, error) {
-	out := make([]poolLoc, len(c.Pools))
-	for i, p := range c.Pools {
-		rs, err := p.RangeSet()
-		if err != nil {
-			return nil, err
-		}
-		var b netipx.IPSetBuilder
-		for _, r := range rs {
-			b.AddRange(r.IPRange())
-		}
-		set, err := b.IPSet()
-		if err != nil {
-			return nil, err
-		}
-		out[i] = poolLoc{Name: p.Name, Index: i, Prefixes: set.Prefixes()}
-	}
-	return out, nil
+	return hostlocal.FileStorePools(c.Pools)
 }
 
 // poolAt returns the pool of c whose ranges contain ip, or nil.

@@ -22,11 +22,7 @@ import (
 // its pods again, and garbage collection releases what they held). With
 // sync, every write is fsynced before the call returns.
 func openState(dir string, pools []poolLoc, sync bool) (store.Store, io.Closer, error) {
-	fp := make([]filestore.Pool, len(pools))
-	for i, p := range pools {
-		fp[i] = filestore.Pool{Name: p.Name, Index: p.Index, Prefixes: p.Prefixes}
-	}
-	fs, err := filestore.Open(dir, filestore.Options{Pools: fp, Sync: sync})
+	fs, err := filestore.Open(dir, filestore.Options{Pools: pools, Sync: sync})
 	if err != nil {
 		return nil, nil, err
 	}
