@@ -13,18 +13,21 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/ipamkit/ipam"
+	"github.com/ipamkit/ipam/k8s/kubeclient"
 	"github.com/ipamkit/ipam/k8s/kubegc"
 	"github.com/ipamkit/ipam/k8s/kubepools"
 	"github.com/ipamkit/ipam/k8s/kubestore"
@@ -89,7 +92,7 @@ func controller(ctx context.Context, c *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pools, err := kubepools.New(cfg, kubepools.Options{Logger: log, Informers: dynFactory, Events: recorder})
+	pools, err := kubepools.New(cfg, kubepools.Options{Logger: log, Informers: dynamicInformers(dynFactory), Events: recorder})
 	if err != nil {
 		return err
 	}
@@ -103,7 +106,7 @@ func controller(ctx context.Context, c *config, log *slog.Logger) error {
 	if c.gc {
 		gc, err := kubegc.New(cfg, alloc, kubegc.Options{
 			GC: c.gcOptions(), Period: c.gcPeriod, Logger: log,
-			Informers: factory, Events: recorder, Observe: m.observeGC,
+			Informers: typedInformers(factory), Events: recorder, Observe: m.observeGC,
 		})
 		if err != nil {
 			return err
@@ -265,4 +268,23 @@ func elect(ctx context.Context, c *config, ns string, kube kubernetes.Interface,
 		return errLostLease
 	}
 	return nil
+}
+
+// typedInformers gives kubegc the informers of the program's typed factory.
+func typedInformers(f informers.SharedInformerFactory) kubeclient.Informers {
+	return func(r schema.GroupVersionResource) (cache.SharedIndexInformer, error) {
+		i, err := f.ForResource(r)
+		if err != nil {
+			return nil, err
+		}
+		return i.Informer(), nil
+	}
+}
+
+// dynamicInformers gives kubepools the informers of the program's dynamic
+// factory (the Spiderpool kinds).
+func dynamicInformers(f dynamicinformer.DynamicSharedInformerFactory) kubeclient.Informers {
+	return func(r schema.GroupVersionResource) (cache.SharedIndexInformer, error) {
+		return f.ForResource(r).Informer(), nil
+	}
 }

@@ -47,6 +47,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -134,7 +135,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	gcOpts := opts.GC
 	gcOpts.Logger = log
-	gcOpts.Informers = factory
+	gcOpts.Informers = func(r schema.GroupVersionResource) (cache.SharedIndexInformer, error) {
+		i, err := factory.ForResource(r)
+		if err != nil {
+			return nil, err
+		}
+		return i.Informer(), nil
+	}
 	gc, err := kubegc.New(cfg, alloc, gcOpts)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ipamkit/ipam/k8s/internal/kubeerr"
@@ -196,4 +197,28 @@ func list[L any, PL interface {
 		}
 		opts.Continue = cont
 	}
+}
+
+// Informers gives a part of a program the shared informer of a resource
+// (pods, nodes, SpiderIPPools, ...), so that the parts of one program keep
+// one cache of each. A client-go factory answers it:
+//
+//	func(r schema.GroupVersionResource) (cache.SharedIndexInformer, error) {
+//		i, err := factory.ForResource(r)
+//		if err != nil {
+//			return nil, err
+//		}
+//		return i.Informer(), nil
+//	}
+//
+// It is a function rather than the factory itself so that the packages a
+// CNI plugin links (kubepools, kubestore) do without client-go's generated
+// clientset and informers, which register every API group at start-up.
+type Informers func(resource schema.GroupVersionResource) (cache.SharedIndexInformer, error)
+
+// EventRecorder records Kubernetes Events: client-go's events.EventRecorder
+// (k8s.io/client-go/tools/events) has this method. The packages a CNI plugin
+// links take it as this interface, for the reason given on Informers.
+type EventRecorder interface {
+	Eventf(regarding runtime.Object, related runtime.Object, eventtype, reason, action, note string, args ...interface{})
 }

@@ -11,9 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/gc"
@@ -45,7 +43,7 @@ type Options struct {
 	// Observe, if set, is called after each pass with its result, from the
 	// goroutine that runs Run.
 	Observe func(Pass)
-	// Informers, if set, is the shared informer factory the Runner takes
+	// Informers, if set, gives the shared informers (of a factory) the Runner takes
 	// its pod, StatefulSet and node informers from, so that a program
 	// whose other parts follow the same kinds keeps one cache of each. The
 	// caller starts it (after New, so that those informers are started
@@ -54,11 +52,11 @@ type Options struct {
 	// pod only what it reads (SlimPod); give the factory
 	// informers.WithTransform(SlimPod) for the same saving. Nil: the Runner
 	// makes and runs informers of its own.
-	Informers informers.SharedInformerFactory
+	Informers kubeclient.Informers
 	// Events, if set, records an Event of reason EventReleased on the pod
 	// of each claim released (the pod named by the claim; it is usually
 	// gone). Nil records none.
-	Events events.EventRecorder
+	Events kubeclient.EventRecorder
 }
 
 // EventReleased is the reason of the Event recorded for each claim

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ipamkit/ipam/gc"
@@ -62,12 +62,23 @@ type cacheView struct {
 
 // newCacheView returns the view of the informers of factory, or of
 // informers of its own when factory is nil.
-func newCacheView(c *kubeclient.Client, factory informers.SharedInformerFactory, r *Runner) (*cacheView, error) {
+func newCacheView(c *kubeclient.Client, factory kubeclient.Informers, r *Runner) (*cacheView, error) {
 	v := &cacheView{r: r, shared: factory != nil}
 	if factory != nil {
-		v.pods = factory.Core().V1().Pods().Informer()
-		v.sets = factory.Apps().V1().StatefulSets().Informer()
-		v.nodes = factory.Core().V1().Nodes().Informer()
+		for _, f := range []struct {
+			inf *cache.SharedIndexInformer
+			gvr schema.GroupVersionResource
+		}{
+			{&v.pods, corev1.SchemeGroupVersion.WithResource("pods")},
+			{&v.sets, appsv1.SchemeGroupVersion.WithResource("statefulsets")},
+			{&v.nodes, corev1.SchemeGroupVersion.WithResource("nodes")},
+		} {
+			inf, err := factory(f.gvr)
+			if err != nil {
+				return nil, fmt.Errorf("the informer of %s: %w", f.gvr.Resource, err)
+			}
+			*f.inf = inf
+		}
 	} else {
 		lw := func(client cache.Getter, resource string) *cache.ListWatch {
 			return cache.NewListWatchFromClient(client, resource, metav1.NamespaceAll, fields.Everything())

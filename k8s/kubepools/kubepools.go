@@ -50,14 +50,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s/internal/eventnote"
 	"github.com/ipamkit/ipam/k8s/internal/kubeerr"
+	"github.com/ipamkit/ipam/k8s/kubeclient"
 )
 
 // The resources Source follows.
@@ -77,16 +76,16 @@ type Options struct {
 	// Logger receives the objects skipped as invalid, once per version of
 	// their spec. Nil discards them.
 	Logger *slog.Logger
-	// Informers, if set, is the shared dynamic informer factory a Source
-	// made by New takes its two informers from, so that a program whose
+	// Informers, if set, gives the shared informers (from a dynamic
+	// informer factory) a Source made by New takes its two informers from, so that a program whose
 	// other parts follow SpiderIPPools keeps one cache of them. The caller
 	// starts it, after New, and stops it; Run then only waits for ctx. Nil:
 	// the Source makes and runs informers of its own. Load ignores it.
-	Informers dynamicinformer.DynamicSharedInformerFactory
+	Informers kubeclient.Informers
 	// Events, if set, records a Warning Event on each object skipped as
 	// invalid (reasons EventInvalidPool and EventInvalidReservedIP), once
 	// per version of its spec, as the log line. Nil records none.
-	Events events.EventRecorder
+	Events kubeclient.EventRecorder
 }
 
 // Reasons of the Events a Source records (Options.Events).
@@ -107,7 +106,7 @@ const (
 // New or Load. A *Source is safe for concurrent use.
 type Source struct {
 	log      *slog.Logger
-	events   events.EventRecorder // nil for none
+	events   kubeclient.EventRecorder // nil for none
 	dyn      dynamic.Interface
 	informer [2]cache.SharedIndexInformer // pools, reserved IPs; nil for Load's
 	shared   bool                         // the informers are Options.Informers'
@@ -169,7 +168,9 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 	s.shared = opts.Informers != nil
 	for i, gvr := range resources {
 		if s.shared {
-			s.informer[i] = opts.Informers.ForResource(gvr).Informer()
+			if s.informer[i], err = opts.Informers(gvr); err != nil {
+				return nil, fmt.Errorf("kubepools: the informer of %s: %w", gvr.Resource, err)
+			}
 		} else {
 			r := s.dyn.Resource(gvr)
 			lw := &cache.ListWatch{
