@@ -32,7 +32,7 @@ var (
 
 // programs builds the plugin and ipamctl from this repository (the go.work
 // workspace), and returns the directory that holds them.
-func programs(t *testing.T) string {
+func programs(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "kubetest-bin-")
