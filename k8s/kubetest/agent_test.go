@@ -27,7 +27,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/ipamkit/ipam/k8s/kubepools"
@@ -641,5 +643,69 @@ func seedClaims(t testing.TB, pool string, prefix netip.Prefix, n int) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkAgentAddDel: one pod's ADD then DEL, each a run of the plugin's
+// binary (built with -tags kubernetes), per call (the plugin reads the
+// cluster itself) and through the node agent, with 0 and 1,000 claims of
+// other pods in the cluster. One op is an ADD and a DEL.
+func BenchmarkAgentAddDel(b *testing.B) {
+	emptyBackend(b)
+	ctx := b.Context()
+	cs := kubernetes.NewForConfigOrDie(srv.Config())
+	const ns, node = "agentb", "agentb-node"
+	if _, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	pod, err := cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bench"},
+		Spec: corev1.PodSpec{NodeName: node}}, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		bg := context.Background()
+		_ = cs.CoreV1().Pods(ns).Delete(bg, "bench", metav1.DeleteOptions{})
+		_ = cs.CoreV1().Nodes().Delete(bg, node, metav1.DeleteOptions{})
+		_ = dynamic.NewForConfigOrDie(srv.Config()).Resource(claimsGVR).DeleteCollection(bg, metav1.DeleteOptions{}, metav1.ListOptions{})
+	})
+	dyn := dynamic.NewForConfigOrDie(srv.Config()).Resource(kubepools.IPPoolResource)
+	pool := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "spiderpool.spidernet.io/v2beta1", "kind": "SpiderIPPool", "metadata": map[string]any{"name": "agent-bench"},
+		"spec": map[string]any{"ipVersion": int64(4), "subnet": "10.64.0.0/16", "ips": []any{"10.64.0.10-10.64.255.250"}, "gateway": "10.64.0.1"},
+	}}
+	if _, err := dyn.Create(ctx, pool, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = dyn.Delete(context.Background(), "agent-bench", metav1.DeleteOptions{}) })
+	kubeconfig := kubeconfigFile(b)
+	socket := filepath.Join(socketDir(b), "agent.sock")
+	startAgent(b, kubeconfig, node, socket)
+	const pools = `, "default_ipv4_ippool": ["agent-bench"]`
+	confs := map[string][]byte{
+		"exec":  fmt.Appendf(nil, `{"cniVersion": "1.1.0", "name": "kube", "type": "macvlan", "ipam": {"type": "cni-ipam", "kubernetes": {"kubeconfig": %q}%s}}`, kubeconfig, pools),
+		"agent": agentConf(socket, pools),
+	}
+	seeded := 0
+	for _, n := range []int{0, 1000} {
+		if n > seeded {
+			seedClaims(b, "agent-bench-other", netip.MustParsePrefix("10.65.0.0/16"), n)
+			seeded = n
+		}
+		for _, mode := range []string{"exec", "agent"} {
+			b.Run(fmt.Sprintf("claims=%d/%s", n, mode), func(b *testing.B) {
+				add := cniCall{command: "ADD", container: "c-bench", ifname: "eth0", args: podArgs(pod), conf: confs[mode]}
+				del := add
+				del.command = "DEL"
+				for b.Loop() {
+					if r := add.runRaw(b); r.exit != 0 {
+						b.Fatalf("ADD: %+v", r)
+					}
+					if r := del.runRaw(b); r.exit != 0 {
+						b.Fatalf("DEL: %+v", r)
+					}
+				}
+			})
+		}
 	}
 }
