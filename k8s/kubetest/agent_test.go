@@ -150,7 +150,8 @@ type cniRun struct {
 func (c cniCall) runRaw(t testing.TB) cniRun {
 	t.Helper()
 	dir := programs(t)
-	cmd := exec.Command(filepath.Join(dir, "cni-ipam"))
+	bin := cmp.Or(c.bin, "cni-ipam")
+	cmd := exec.Command(filepath.Join(dir, bin))
 	cmd.Env = append(os.Environ(), "CNI_COMMAND="+c.command, "CNI_CONTAINERID="+c.container, "CNI_NETNS=/var/run/netns/kubetest",
 		"CNI_IFNAME="+c.ifname, "CNI_PATH="+dir, "CNI_ARGS="+c.args)
 	cmd.Stdin = bytes.NewReader(c.conf)
@@ -235,6 +236,12 @@ func TestAgent(t *testing.T) {
 	}
 	if again := viaAgent(add).runRaw(t); again.stdout != first.stdout || again.exit != 0 {
 		t.Fatalf("ADD per call printed %s\nADD again through the agent %s (stderr %s)", first.stdout, again.stdout, again.stderr)
+	}
+	// The default build, without the Kubernetes client, forwards alike.
+	lean := viaAgent(add)
+	lean.bin = "cni-ipam-lean"
+	if again := lean.runRaw(t); again.stdout != first.stdout || again.exit != 0 {
+		t.Fatalf("ADD per call printed %s\nADD again through the agent from the default build %s (stderr %s)", first.stdout, again.stdout, again.stderr)
 	}
 	ip := addrOf(t, first.stdout)
 	api := c.pod(podSpec{name: "api", node: "agent-node", phase: corev1.PodRunning}) // after the agent started
@@ -647,9 +654,11 @@ func seedClaims(t testing.TB, pool string, prefix netip.Prefix, n int) {
 }
 
 // BenchmarkAgentAddDel: one pod's ADD then DEL, each a run of the plugin's
-// binary (built with -tags kubernetes), per call (the plugin reads the
-// cluster itself) and through the node agent, with 0 and 1,000 claims of
-// other pods in the cluster. One op is an ADD and a DEL.
+// binary, per call (exec: built with -tags kubernetes, it reads the
+// cluster itself) and through the node agent (agent: the same binary
+// forwards; agent-lean: the default build, without the Kubernetes client,
+// forwards), with 0 and 1,000 claims of other pods in the cluster. One op
+// is an ADD and a DEL.
 func BenchmarkAgentAddDel(b *testing.B) {
 	emptyBackend(b)
 	ctx := b.Context()
@@ -692,9 +701,12 @@ func BenchmarkAgentAddDel(b *testing.B) {
 			seedClaims(b, "agent-bench-other", netip.MustParsePrefix("10.65.0.0/16"), n)
 			seeded = n
 		}
-		for _, mode := range []string{"exec", "agent"} {
+		for _, mode := range []string{"exec", "agent", "agent-lean"} {
 			b.Run(fmt.Sprintf("claims=%d/%s", n, mode), func(b *testing.B) {
 				add := cniCall{command: "ADD", container: "c-bench", ifname: "eth0", args: podArgs(pod), conf: confs[mode]}
+				if mode == "agent-lean" {
+					add.bin, add.conf = "cni-ipam-lean", confs["agent"]
+				}
 				del := add
 				del.command = "DEL"
 				for b.Loop() {

@@ -23,7 +23,8 @@ import (
 )
 
 // The programs the tests run, built once per test binary: the CNI plugin
-// with -tags kubernetes, and ipamctl.
+// with -tags kubernetes, the plugin's default build (cni-ipam-lean, which
+// forwards to a node agent but has no Kubernetes client), and ipamctl.
 var (
 	buildOnce sync.Once
 	binDir    string
@@ -41,6 +42,7 @@ func programs(t testing.TB) string {
 		}
 		for _, b := range []struct{ out, pkg, tags string }{
 			{"cni-ipam", "../../cmd/cni-ipam", "kubernetes"},
+			{"cni-ipam-lean", "../../cmd/cni-ipam", ""},
 			{"ipamctl", "../../cmd/ipamctl", ""},
 		} {
 			if buildErr = goBuild(filepath.Join(binDir, b.out), b.pkg, b.tags); buildErr != nil {
@@ -82,6 +84,7 @@ func kubeconfigFile(t testing.TB) string {
 type cniCall struct {
 	command, container, ifname, args string
 	conf                             []byte
+	bin                              string // the program; "": cni-ipam
 }
 
 // cniResult is what the plugin printed: a result or an error.
