@@ -138,38 +138,6 @@ func agentConf(socket, extra string) []byte {
 		"ipam": {"type": "cni-ipam", "kubernetes": {"agent": %q, "kubeconfig": "/nonexistent/kubeconfig"}%s}}`, socket, extra)
 }
 
-// cniRun is one run of the plugin, with what it printed and its exit
-// status.
-type cniRun struct {
-	stdout, stderr string
-	exit           int
-	took           time.Duration
-}
-
-// runRaw runs the plugin for c.
-func (c cniCall) runRaw(t testing.TB) cniRun {
-	t.Helper()
-	dir := programs(t)
-	bin := cmp.Or(c.bin, "cni-ipam")
-	cmd := exec.Command(filepath.Join(dir, bin))
-	cmd.Env = append(os.Environ(), "CNI_COMMAND="+c.command, "CNI_CONTAINERID="+c.container, "CNI_NETNS=/var/run/netns/kubetest",
-		"CNI_IFNAME="+c.ifname, "CNI_PATH="+dir, "CNI_ARGS="+c.args)
-	cmd.Stdin = bytes.NewReader(c.conf)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	r := cniRun{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		r.exit = ee.ExitCode()
-	case err != nil:
-		t.Fatal(err)
-	}
-	return r
-}
-
 // code returns the CNI error code r printed, 0 for none.
 func (r cniRun) code(t testing.TB) uint {
 	t.Helper()
@@ -191,18 +159,11 @@ func (r cniRun) code(t testing.TB) uint {
 // is gone (no socket, or a socket nobody listens on) makes ADD, DEL and
 // CHECK fail at once with 11 naming the socket, and STATUS with 50.
 func TestAgent(t *testing.T) {
-	emptyBackend(t)
 	ctx := t.Context()
 	kubeconfig := kubeconfigFile(t)
-	applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", "agent-a", map[string]any{
-		"ipVersion": int64(4), "subnet": "10.60.0.0/24", "ips": []any{"10.60.0.10-10.60.0.29"}, "gateway": "10.60.0.1",
-	})
-	t.Cleanup(func() { deleteSpiderObjects(t, kubepools.IPPoolResource, "agent-a") })
-	c := newGCCluster(t, "agent")
-	c.node("agent-node", true)
-	web := c.pod(podSpec{name: "web", node: "agent-node", phase: corev1.PodRunning})
-	socket := filepath.Join(socketDir(t), "agent.sock")
-	agent := startAgent(t, kubeconfig, "agent-node", socket)
+	c, socket := agentFixture(t, "agent-a", "10.60.0.")
+	web := c.pod(podSpec{name: "web", node: "agent-a-node", phase: corev1.PodRunning})
+	agent := startAgent(t, kubeconfig, "agent-a-node", socket)
 	if fi, err := os.Stat(socket); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the agent's socket: %v, %v; want mode 0600", fi, err)
 	}
@@ -244,7 +205,7 @@ func TestAgent(t *testing.T) {
 		t.Fatalf("ADD per call printed %s\nADD again through the agent from the default build %s (stderr %s)", first.stdout, again.stdout, again.stderr)
 	}
 	ip := addrOf(t, first.stdout)
-	api := c.pod(podSpec{name: "api", node: "agent-node", phase: corev1.PodRunning}) // after the agent started
+	api := c.pod(podSpec{name: "api", node: "agent-a-node", phase: corev1.PodRunning}) // after the agent started
 	apiAdd := call("ADD", "c-api", api, "")
 	through := viaAgent(apiAdd).runRaw(t)
 	if through.exit != 0 {
@@ -262,8 +223,8 @@ func TestAgent(t *testing.T) {
 		t.Errorf("CHECK: %+v", r)
 	}
 	missing := call("ADD", "c-x", web, "")
-	missing.args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=agent;K8S_POD_NAME=nobody"
-	if r := same("ADD of a missing pod", missing); !strings.Contains(r.stdout, "agent/nobody does not exist") {
+	missing.args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=agent-a;K8S_POD_NAME=nobody"
+	if r := same("ADD of a missing pod", missing); !strings.Contains(r.stdout, "agent-a/nobody does not exist") {
 		t.Errorf("ADD of a missing pod: %+v", r)
 	}
 	replaced := call("ADD", "c-web", web, "")
@@ -336,6 +297,22 @@ func TestAgent(t *testing.T) {
 	down("with a socket nobody listens on")
 }
 
+// agentFixture starts a test of the agent: no claims in the cluster, a
+// pool name of the addresses prefix10 to prefix250 (prefix is the first
+// three bytes of an IPv4 address and a dot), a namespace name for the
+// test's pods, a node name+"-node", and the path of a socket.
+func agentFixture(t *testing.T, name, prefix string) (*gcCluster, string) {
+	t.Helper()
+	emptyBackend(t)
+	applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", name, map[string]any{
+		"ipVersion": int64(4), "subnet": prefix + "0/24", "ips": []any{prefix + "10-" + prefix + "250"}, "gateway": prefix + "1",
+	})
+	t.Cleanup(func() { deleteSpiderObjects(t, kubepools.IPPoolResource, name) })
+	c := newGCCluster(t, name)
+	c.node(name+"-node", true)
+	return c, filepath.Join(socketDir(t), "agent.sock")
+}
+
 // addrOf returns the one address of a CNI result.
 func addrOf(t *testing.T, stdout string) netip.Addr {
 	t.Helper()
@@ -352,26 +329,19 @@ func addrOf(t *testing.T, stdout string) netip.Addr {
 // address, no address is held twice, and ADD again returns what the pod
 // holds.
 func TestAgentKilled(t *testing.T) {
-	emptyBackend(t)
 	ctx := t.Context()
 	kubeconfig := kubeconfigFile(t)
-	applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", "agent-k", map[string]any{
-		"ipVersion": int64(4), "subnet": "10.61.0.0/24", "ips": []any{"10.61.0.10-10.61.0.250"}, "gateway": "10.61.0.1",
-	})
-	t.Cleanup(func() { deleteSpiderObjects(t, kubepools.IPPoolResource, "agent-k") })
-	c := newGCCluster(t, "agentk")
-	c.node("agentk-node", true)
-	socket := filepath.Join(socketDir(t), "agent.sock")
+	c, socket := agentFixture(t, "agent-k", "10.61.0.")
 	conf := agentConf(socket, `, "default_ipv4_ippool": ["agent-k"]`)
 	const pods = 12
 	var calls []cniCall
 	for i := range pods {
-		p := c.pod(podSpec{name: fmt.Sprintf("p%d", i), node: "agentk-node", phase: corev1.PodRunning})
+		p := c.pod(podSpec{name: fmt.Sprintf("p%d", i), node: "agent-k-node", phase: corev1.PodRunning})
 		calls = append(calls, cniCall{command: "ADD", container: fmt.Sprintf("c%d", i), ifname: "eth0", args: podArgs(p), conf: conf})
 	}
 	results := make([]string, pods)
 	var mu sync.Mutex
-	agent := startAgent(t, kubeconfig, "agentk-node", socket)
+	agent := startAgent(t, kubeconfig, "agent-k-node", socket)
 	for round := range 3 {
 		// Every pod's ADD at once; the agent is killed once the first
 		// answer comes, with the others in flight.
@@ -402,7 +372,7 @@ func TestAgentKilled(t *testing.T) {
 		if r := calls[0].runRaw(t); r.code(t) != 11 {
 			t.Fatalf("ADD with the agent killed: %+v, want 11", r)
 		}
-		agent = startAgent(t, kubeconfig, "agentk-node", socket)
+		agent = startAgent(t, kubeconfig, "agent-k-node", socket)
 	}
 	// The runtime retries each ADD until it succeeds.
 	for i, call := range calls {
@@ -562,23 +532,16 @@ users:
 // start-up (it neither watches nor lists the cluster's claims), and its
 // first ADD makes the same requests both times.
 func TestAgentRequests(t *testing.T) {
-	emptyBackend(t)
-	applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", "agent-r", map[string]any{
-		"ipVersion": int64(4), "subnet": "10.62.0.0/24", "ips": []any{"10.62.0.10-10.62.0.250"}, "gateway": "10.62.0.1",
-	})
-	t.Cleanup(func() { deleteSpiderObjects(t, kubepools.IPPoolResource, "agent-r") })
-	c := newGCCluster(t, "agentr")
-	c.node("agentr-node", true)
+	c, socket := agentFixture(t, "agent-r", "10.62.0.")
 	proxy := newRequestLog(t)
 	kubeconfig := proxy.kubeconfig(t)
-	socket := filepath.Join(socketDir(t), "agent.sock")
 	conf := agentConf(socket, `, "default_ipv4_ippool": ["agent-r"]`)
 
 	firstAdd := func(name string) (startup, add []string) {
 		t.Helper()
-		p := c.pod(podSpec{name: name, node: "agentr-node", phase: corev1.PodRunning})
+		p := c.pod(podSpec{name: name, node: "agent-r-node", phase: corev1.PodRunning})
 		n := proxy.len()
-		agent := startAgent(t, kubeconfig, "agentr-node", socket)
+		agent := startAgent(t, kubeconfig, "agent-r-node", socket)
 		startup = proxy.since(n)
 		n = proxy.len()
 		call := cniCall{command: "ADD", container: "c-" + name, ifname: "eth0", args: podArgs(p), conf: conf}
