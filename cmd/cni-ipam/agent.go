@@ -398,6 +398,7 @@ func (a *agent) answer(req agentRequest) agentReply {
 		return agentReply{Error: types.NewError(types.ErrInvalidNetworkConfig,
 			"cni-ipam agent: serves network configs whose ipam.kubernetes section names it (agent) only", "")}
 	}
+	start := time.Now()
 	if id := req.Args.ContainerID; id != "" {
 		defer a.locks.lock(id)()
 	}
@@ -409,6 +410,11 @@ func (a *agent) answer(req agentRequest) agentReply {
 			e = types.NewError(types.ErrInternal, err.Error(), "")
 		}
 		reply.Error = e
+		a.log.Debug("cni-ipam agent: call", "command", req.Command, "container", req.Args.ContainerID, "args", req.Args.Args,
+			"took", time.Since(start), "code", e.Code, "msg", e.Msg)
+	} else {
+		a.log.Debug("cni-ipam agent: call", "command", req.Command, "container", req.Args.ContainerID, "args", req.Args.Args,
+			"took", time.Since(start))
 	}
 	return reply
 }
