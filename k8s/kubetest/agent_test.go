@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -682,5 +683,44 @@ func BenchmarkAgentAddDel(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkForward: what the plugin's own run costs when it forwards a
+// call (a DEL) to an agent that answers at once (here a stand-in that
+// reads the request and answers success): the process's start and the
+// round trip on the socket, for the build with the Kubernetes client
+// (cni-ipam) and the default build (cni-ipam-lean).
+func BenchmarkForward(b *testing.B) {
+	programs(b) // built before the clock starts
+	socket := filepath.Join(socketDir(b), "agent.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				if _, err := io.Copy(io.Discard, conn); err == nil {
+					conn.Write([]byte("{}"))
+				}
+			}()
+		}
+	}()
+	for _, bin := range []string{"cni-ipam", "cni-ipam-lean"} {
+		b.Run(bin, func(b *testing.B) {
+			del := cniCall{command: "DEL", container: "c-fwd", ifname: "eth0", conf: agentConf(socket, ""), bin: bin}
+			for b.Loop() {
+				if r := del.runRaw(b); r.exit != 0 {
+					b.Fatalf("DEL: %+v", r)
+				}
+			}
+		})
 	}
 }
