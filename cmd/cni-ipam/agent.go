@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -264,8 +265,11 @@ func (a *agent) start(ctx context.Context, wg *sync.WaitGroup) {
 			return
 		}
 		a.ready.Store(true)
+		var m goruntime.MemStats
+		goruntime.ReadMemStats(&m)
 		a.log.Info("cni-ipam agent: ready", "after", time.Since(a.started).Round(time.Millisecond),
-			"pods", len(a.pods.GetStore().ListKeys()), "namespaces", len(a.namespaces.GetStore().ListKeys()))
+			"pods", len(a.pods.GetStore().ListKeys()), "namespaces", len(a.namespaces.GetStore().ListKeys()),
+			"heapInuse", m.HeapInuse)
 	})
 }
 
