@@ -530,8 +530,9 @@ users:
 
 // TestAgentRequests: the agent, started in a cluster with no other claims
 // and again with 2,000 claims of other nodes' pods, lists no IPClaims at
-// start-up (it neither watches nor lists the cluster's claims), and its
-// first ADD makes the same requests both times.
+// start-up (it neither watches nor lists the cluster's claims), makes the
+// same requests at start-up both times, and its first ADD makes the same
+// requests both times.
 func TestAgentRequests(t *testing.T) {
 	c, socket := agentFixture(t, "agent-r", "10.62.0.")
 	proxy := newRequestLog(t)
@@ -576,6 +577,9 @@ func TestAgentRequests(t *testing.T) {
 	}
 	if len(startupN) == 0 {
 		t.Errorf("no request recorded at start-up")
+	}
+	if !slices.Equal(sortedCopy(startup0), sortedCopy(startupN)) {
+		t.Errorf("the start-up with 0 other claims made %q\nwith 2,000 %q", startup0, startupN)
 	}
 }
 
