@@ -626,7 +626,7 @@ func seedClaims(t testing.TB, pool string, prefix netip.Prefix, n int) {
 // cluster itself) and through the node agent (agent: the same binary
 // forwards; agent-lean: the default build, without the Kubernetes client,
 // forwards), with 0 and 1,000 claims of other pods in the cluster. One op
-// is an ADD and a DEL.
+// is an ADD and a DEL; add-ms/op and del-ms/op are each call's run.
 func BenchmarkAgentAddDel(b *testing.B) {
 	emptyBackend(b)
 	ctx := b.Context()
@@ -677,14 +677,22 @@ func BenchmarkAgentAddDel(b *testing.B) {
 				}
 				del := add
 				del.command = "DEL"
+				var addTook, delTook time.Duration
+				n := 0
 				for b.Loop() {
-					if r := add.runRaw(b); r.exit != 0 {
+					r := add.runRaw(b)
+					if r.exit != 0 {
 						b.Fatalf("ADD: %+v", r)
 					}
-					if r := del.runRaw(b); r.exit != 0 {
+					addTook += r.took
+					if r = del.runRaw(b); r.exit != 0 {
 						b.Fatalf("DEL: %+v", r)
 					}
+					delTook += r.took
+					n++
 				}
+				b.ReportMetric(float64(addTook.Milliseconds())/float64(n), "add-ms/op")
+				b.ReportMetric(float64(delTook.Milliseconds())/float64(n), "del-ms/op")
 			})
 		}
 	}
