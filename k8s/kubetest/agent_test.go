@@ -736,3 +736,58 @@ func BenchmarkForward(b *testing.B) {
 		})
 	}
 }
+
+// TestAgentAPIRestart: while the API server is down, the agent answers ADD
+// with 11 (it stays up, its socket stays); once the server is back, the
+// same agent serves again, pods created since included, and a pod's ADD
+// again returns what it holds.
+func TestAgentAPIRestart(t *testing.T) {
+	kubeconfig := kubeconfigFile(t)
+	c, socket := agentFixture(t, "agent-s", "10.66.0.")
+	conf := agentConf(socket, `, "default_ipv4_ippool": ["agent-s"]`)
+	agent := startAgent(t, kubeconfig, "agent-s-node", socket)
+	add := func(p *corev1.Pod) cniCall {
+		return cniCall{command: "ADD", container: "c-" + p.Name, ifname: "eth0", args: podArgs(p), conf: conf}
+	}
+	before := add(c.pod(podSpec{name: "before", node: "agent-s-node", phase: corev1.PodRunning}))
+	first := before.runRaw(t)
+	if first.exit != 0 {
+		t.Fatalf("ADD: %+v", first)
+	}
+	if err := srv.StopAPI(); err != nil {
+		t.Fatal(err)
+	}
+	started := false
+	t.Cleanup(func() {
+		if !started {
+			if err := srv.StartAPI(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if r := before.runRaw(t); r.code(t) != 11 {
+		t.Errorf("ADD with the API server down: %+v, want 11", r)
+	}
+	if err := srv.StartAPI(); err != nil {
+		t.Fatal(err)
+	}
+	started = true
+	after := add(c.pod(podSpec{name: "after", node: "agent-s-node", phase: corev1.PodRunning}))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r := after.runRaw(t)
+		if r.exit == 0 {
+			break
+		}
+		if r.code(t) != 11 || time.Now().After(deadline) {
+			t.Fatalf("ADD after the API server came back: %+v", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r := before.runRaw(t); r.stdout != first.stdout {
+		t.Errorf("ADD again after the restart printed %s, before %s (stderr %s)", r.stdout, first.stdout, r.stderr)
+	}
+	if agent.cmd.ProcessState != nil {
+		t.Errorf("the agent exited: %v", agent.cmd.ProcessState)
+	}
+}
