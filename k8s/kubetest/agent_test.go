@@ -437,6 +437,21 @@ type requestLog struct {
 	srv *httptest.Server
 	mu  sync.Mutex
 	log []string
+	// holdIf, when set, names the requests to hold: each is announced on
+	// held, then waits until release is closed.
+	holdIf  func(*http.Request) bool
+	held    chan struct{}
+	release chan struct{}
+}
+
+// hold makes the proxy hold the requests for which match reports true,
+// from now until the returned release is called.
+func (l *requestLog) hold(match func(*http.Request) bool) (held <-chan struct{}, release func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holdIf, l.held, l.release = match, make(chan struct{}, 100), make(chan struct{})
+	rel := l.release
+	return l.held, sync.OnceFunc(func() { close(rel) })
 }
 
 func newRequestLog(t testing.TB) *requestLog {
@@ -453,7 +468,13 @@ func newRequestLog(t testing.TB) *requestLog {
 	l.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l.mu.Lock()
 		l.log = append(l.log, requestKey(r))
+		hold := l.holdIf != nil && l.holdIf(r)
+		held, release := l.held, l.release
 		l.mu.Unlock()
+		if hold {
+			held <- struct{}{}
+			<-release
+		}
 		proxy.ServeHTTP(w, r)
 	}))
 	l.srv.TLS = &tls.Config{}
@@ -789,5 +810,48 @@ func TestAgentAPIRestart(t *testing.T) {
 	}
 	if agent.cmd.ProcessState != nil {
 		t.Errorf("the agent exited: %v", agent.cmd.ProcessState)
+	}
+}
+
+// TestAgentDrain: SIGTERM while a call is in flight (its create of a claim
+// held at the API server): the agent stops accepting at once (its socket
+// is gone, a new call gets 11), finishes the call, which succeeds, and
+// exits 0.
+func TestAgentDrain(t *testing.T) {
+	c, socket := agentFixture(t, "agent-d", "10.67.0.")
+	proxy := newRequestLog(t)
+	conf := agentConf(socket, `, "default_ipv4_ippool": ["agent-d"]`)
+	agent := startAgent(t, proxy.kubeconfig(t), "agent-d-node", socket)
+	p := c.pod(podSpec{name: "web", node: "agent-d-node", phase: corev1.PodRunning})
+	add := cniCall{command: "ADD", container: "c-web", ifname: "eth0", args: podArgs(p), conf: conf}
+	held, release := proxy.hold(func(r *http.Request) bool {
+		return r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/ipclaims")
+	})
+	defer release()
+	result := make(chan cniRun, 1)
+	go func() { result <- add.runRaw(t) }()
+	select {
+	case <-held:
+	case r := <-result:
+		t.Fatalf("ADD returned before its create reached the server: %+v", r)
+	}
+	if err := agent.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the socket removed after SIGTERM", func() bool {
+		_, err := os.Lstat(socket)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	other := add
+	other.container = "c-other"
+	if r := other.runRaw(t); r.code(t) != 11 {
+		t.Errorf("a call after SIGTERM: %+v, want 11", r)
+	}
+	release()
+	if r := <-result; r.exit != 0 {
+		t.Errorf("the call in flight at SIGTERM: %+v, want success", r)
+	}
+	if err := <-agent.done; err != nil {
+		t.Errorf("the agent's exit after draining: %v, want status 0", err)
 	}
 }
