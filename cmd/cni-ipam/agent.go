@@ -195,7 +195,10 @@ func serveAgent(ctx context.Context, cfg *rest.Config, o *agentOptions, log *slo
 }
 
 // agent is what serveAgent keeps: the plugin's Store and Allocator, the
-// caches, and the locks of the container IDs in flight.
+// caches, and the locks of the container IDs in flight. It is the plugin's
+// kubeSessions and the calls' cluster. The zero agent is not usable;
+// newAgent makes one, start starts it, and from then on it is safe for
+// concurrent use.
 type agent struct {
 	log    *slog.Logger
 	node   string
