@@ -47,6 +47,7 @@ type agentProc struct {
 	cmd    *exec.Cmd
 	socket string
 	done   chan error
+	ready  time.Duration // from its start until its probe said ready
 }
 
 // socketDir returns a short directory for sockets (a unix socket's path is
@@ -72,6 +73,7 @@ func startAgent(t testing.TB, kubeconfig, node, socket string) *agentProc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +96,7 @@ func startAgent(t testing.TB, kubeconfig, node, socket string) *agentProc {
 	for {
 		probe := exec.Command(filepath.Join(programs(t), "cni-ipam"), "agent", "--probe", "--socket", socket)
 		if probe.Run() == nil {
+			a.ready = time.Since(start)
 			return a
 		}
 		select {
@@ -565,6 +568,7 @@ func TestAgentRequests(t *testing.T) {
 		p := c.pod(podSpec{name: name, node: "agent-r-node", phase: corev1.PodRunning})
 		n := proxy.len()
 		agent := startAgent(t, kubeconfig, "agent-r-node", socket)
+		t.Logf("%s: the agent was ready %s after its start", name, agent.ready)
 		startup = proxy.since(n)
 		n = proxy.len()
 		call := cniCall{command: "ADD", container: "c-" + name, ifname: "eth0", args: podArgs(p), conf: conf}
