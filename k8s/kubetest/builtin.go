@@ -9,6 +9,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -54,9 +56,12 @@ type builtinGroup struct {
 	kinds  []builtinKind
 }
 
-// builtinGroups returns the groups the harness serves: pods, nodes and
-// namespaces in the core group, StatefulSets in apps/v1, Leases in
-// coordination.k8s.io/v1 (leader election) and Events in events.k8s.io/v1.
+// builtinGroups returns the groups the harness serves: pods, nodes,
+// namespaces, service accounts, ConfigMaps and Services in the core group,
+// StatefulSets, Deployments and DaemonSets in apps/v1, Leases in
+// coordination.k8s.io/v1 (leader election), Events in events.k8s.io/v1,
+// PodDisruptionBudgets in policy/v1 and the four RBAC kinds in
+// rbac.authorization.k8s.io/v1 (what install manifests create).
 func builtinGroups() ([]*builtinGroup, error) {
 	core, err := newBuiltinGroup(corev1.SchemeGroupVersion, corev1.AddToScheme, []builtinKind{
 		{
@@ -75,6 +80,22 @@ func builtinGroups() ([]*builtinGroup, error) {
 			newObj: func() runtime.Object { return &corev1.Namespace{} }, newList: func() runtime.Object { return &corev1.NamespaceList{} },
 			model: corev1.Namespace{}.OpenAPIModelName(), listModel: corev1.NamespaceList{}.OpenAPIModelName(),
 		},
+		// What install manifests hold beside workloads.
+		{
+			resource: "serviceaccounts", singular: "serviceaccount", namespaced: true,
+			newObj: func() runtime.Object { return &corev1.ServiceAccount{} }, newList: func() runtime.Object { return &corev1.ServiceAccountList{} },
+			model: corev1.ServiceAccount{}.OpenAPIModelName(), listModel: corev1.ServiceAccountList{}.OpenAPIModelName(),
+		},
+		{
+			resource: "configmaps", singular: "configmap", namespaced: true,
+			newObj: func() runtime.Object { return &corev1.ConfigMap{} }, newList: func() runtime.Object { return &corev1.ConfigMapList{} },
+			model: corev1.ConfigMap{}.OpenAPIModelName(), listModel: corev1.ConfigMapList{}.OpenAPIModelName(),
+		},
+		{
+			resource: "services", singular: "service", namespaced: true,
+			newObj: func() runtime.Object { return &corev1.Service{} }, newList: func() runtime.Object { return &corev1.ServiceList{} },
+			model: corev1.Service{}.OpenAPIModelName(), listModel: corev1.ServiceList{}.OpenAPIModelName(),
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -84,6 +105,16 @@ func builtinGroups() ([]*builtinGroup, error) {
 			resource: "statefulsets", singular: "statefulset", namespaced: true,
 			newObj: func() runtime.Object { return &appsv1.StatefulSet{} }, newList: func() runtime.Object { return &appsv1.StatefulSetList{} },
 			model: appsv1.StatefulSet{}.OpenAPIModelName(), listModel: appsv1.StatefulSetList{}.OpenAPIModelName(),
+		},
+		{
+			resource: "deployments", singular: "deployment", namespaced: true,
+			newObj: func() runtime.Object { return &appsv1.Deployment{} }, newList: func() runtime.Object { return &appsv1.DeploymentList{} },
+			model: appsv1.Deployment{}.OpenAPIModelName(), listModel: appsv1.DeploymentList{}.OpenAPIModelName(),
+		},
+		{
+			resource: "daemonsets", singular: "daemonset", namespaced: true,
+			newObj: func() runtime.Object { return &appsv1.DaemonSet{} }, newList: func() runtime.Object { return &appsv1.DaemonSetList{} },
+			model: appsv1.DaemonSet{}.OpenAPIModelName(), listModel: appsv1.DaemonSetList{}.OpenAPIModelName(),
 		},
 	})
 	if err != nil {
@@ -109,7 +140,42 @@ func builtinGroups() ([]*builtinGroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []*builtinGroup{core, apps, coordination, events}, nil
+	policy, err := newBuiltinGroup(policyv1.SchemeGroupVersion, policyv1.AddToScheme, []builtinKind{
+		{
+			resource: "poddisruptionbudgets", singular: "poddisruptionbudget", namespaced: true,
+			newObj: func() runtime.Object { return &policyv1.PodDisruptionBudget{} }, newList: func() runtime.Object { return &policyv1.PodDisruptionBudgetList{} },
+			model: policyv1.PodDisruptionBudget{}.OpenAPIModelName(), listModel: policyv1.PodDisruptionBudgetList{}.OpenAPIModelName(),
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	rbac, err := newBuiltinGroup(rbacv1.SchemeGroupVersion, rbacv1.AddToScheme, []builtinKind{
+		{
+			resource: "clusterroles", singular: "clusterrole",
+			newObj: func() runtime.Object { return &rbacv1.ClusterRole{} }, newList: func() runtime.Object { return &rbacv1.ClusterRoleList{} },
+			model: rbacv1.ClusterRole{}.OpenAPIModelName(), listModel: rbacv1.ClusterRoleList{}.OpenAPIModelName(),
+		},
+		{
+			resource: "clusterrolebindings", singular: "clusterrolebinding",
+			newObj: func() runtime.Object { return &rbacv1.ClusterRoleBinding{} }, newList: func() runtime.Object { return &rbacv1.ClusterRoleBindingList{} },
+			model: rbacv1.ClusterRoleBinding{}.OpenAPIModelName(), listModel: rbacv1.ClusterRoleBindingList{}.OpenAPIModelName(),
+		},
+		{
+			resource: "roles", singular: "role", namespaced: true,
+			newObj: func() runtime.Object { return &rbacv1.Role{} }, newList: func() runtime.Object { return &rbacv1.RoleList{} },
+			model: rbacv1.Role{}.OpenAPIModelName(), listModel: rbacv1.RoleList{}.OpenAPIModelName(),
+		},
+		{
+			resource: "rolebindings", singular: "rolebinding", namespaced: true,
+			newObj: func() runtime.Object { return &rbacv1.RoleBinding{} }, newList: func() runtime.Object { return &rbacv1.RoleBindingList{} },
+			model: rbacv1.RoleBinding{}.OpenAPIModelName(), listModel: rbacv1.RoleBindingList{}.OpenAPIModelName(),
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []*builtinGroup{core, apps, coordination, events, policy, rbac}, nil
 }
 
 // newBuiltinGroup makes a scheme that holds the group's versioned types, the
