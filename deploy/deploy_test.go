@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -354,28 +355,19 @@ func TestInstallScript(t *testing.T) {
 	if err != nil {
 		t.Skipf("no sh on PATH: %v", err)
 	}
-	dir := t.TempDir()
-	src, bin, conf, tokens := filepath.Join(dir, "cni-ipam"), filepath.Join(dir, "bin"), filepath.Join(dir, "net.d"), filepath.Join(dir, "token")
-	for _, d := range []string{bin, conf, tokens} {
-		must(t, os.Mkdir(d, 0o755))
-	}
-	must(t, os.WriteFile(src, []byte("new plugin"), 0o644))
-	must(t, os.WriteFile(filepath.Join(bin, "cni-ipam"), []byte("old plugin"), 0o755))
 	ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
-	must(t, os.WriteFile(filepath.Join(tokens, "ca.crt"), ca, 0o644))
-	writeToken := func(tok string) { // as the kubelet does: a new file, renamed
-		must(t, os.WriteFile(filepath.Join(tokens, ".token.new"), []byte(tok), 0o644))
-		must(t, os.Rename(filepath.Join(tokens, ".token.new"), filepath.Join(tokens, "token")))
-	}
+	n := newNode(t, ca)
+	bin, conf := n.bin, n.conf
+	must(t, os.WriteFile(filepath.Join(bin, "cni-ipam"), []byte("old plugin"), 0o755))
+	writeToken := func(tok string) { n.writeToken(t, tok) }
 	writeToken("token-one")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, sh, "install.sh")
-	var stderr bytes.Buffer
+	var stderr lockedBuffer // written by exec's copying goroutine
 	cmd.Stderr = &stderr
-	cmd.Env = append(os.Environ(), "BIN_SRC="+src, "CNI_BIN_DIR="+bin, "CNI_CONF_DIR="+conf, "TOKEN_DIR="+tokens,
-		"KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443", "REFRESH_SECONDS=1")
+	cmd.Env = n.env("KUBERNETES_SERVICE_HOST=10.96.0.1", "KUBERNETES_SERVICE_PORT=443", "REFRESH_SECONDS=1")
 	must(t, cmd.Start())
 	defer func() { cancel(); _ = cmd.Wait() }()
 
@@ -425,8 +417,7 @@ func TestInstallScript(t *testing.T) {
 
 	// An IPv6 API server address is bracketed.
 	once := exec.Command(sh, "install.sh")
-	once.Env = append(os.Environ(), "BIN_SRC="+src, "CNI_BIN_DIR="+bin, "CNI_CONF_DIR="+conf, "TOKEN_DIR="+tokens,
-		"KUBERNETES_SERVICE_HOST=fd00::1", "KUBERNETES_SERVICE_PORT=6443", "ONCE=1", "KUBECONFIG_NAME=v6.kubeconfig")
+	once.Env = n.env("KUBERNETES_SERVICE_HOST=fd00::1", "KUBERNETES_SERVICE_PORT=6443", "ONCE=1", "KUBECONFIG_NAME=v6.kubeconfig")
 	out, err := once.CombinedOutput()
 	if err != nil {
 		t.Fatalf("install.sh ONCE=1: %v\n%s", err, out)
@@ -436,6 +427,54 @@ func TestInstallScript(t *testing.T) {
 	if s := cfg.Clusters["local"].Server; s != "https://[fd00::1]:6443" {
 		t.Errorf("IPv6 server %q", s)
 	}
+}
+
+// node is a node's files as install.sh sees them, in a temporary
+// directory: the image's binary (src), the host's CNI bin and config
+// directories, and the projected token volume (tokens: token and ca.crt).
+type node struct{ src, bin, conf, tokens string }
+
+func newNode(t *testing.T, ca []byte) node {
+	t.Helper()
+	dir := t.TempDir()
+	n := node{src: filepath.Join(dir, "cni-ipam"), bin: filepath.Join(dir, "bin"), conf: filepath.Join(dir, "net.d"), tokens: filepath.Join(dir, "token")}
+	for _, d := range []string{n.bin, n.conf, n.tokens} {
+		must(t, os.Mkdir(d, 0o755))
+	}
+	must(t, os.WriteFile(n.src, []byte("new plugin"), 0o644))
+	must(t, os.WriteFile(filepath.Join(n.tokens, "ca.crt"), ca, 0o644))
+	return n
+}
+
+// writeToken replaces the token file as the kubelet does: a new file,
+// renamed.
+func (n node) writeToken(t *testing.T, token string) {
+	t.Helper()
+	must(t, os.WriteFile(filepath.Join(n.tokens, ".token.new"), []byte(token), 0o644))
+	must(t, os.Rename(filepath.Join(n.tokens, ".token.new"), filepath.Join(n.tokens, "token")))
+}
+
+// env is install.sh's environment on n, with the variables extra.
+func (n node) env(extra ...string) []string {
+	return append(append(os.Environ(), "BIN_SRC="+n.src, "CNI_BIN_DIR="+n.bin, "CNI_CONF_DIR="+n.conf, "TOKEN_DIR="+n.tokens), extra...)
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and one reader at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func must(t *testing.T, err error) {

@@ -1,7 +1,6 @@
 package deploy_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -47,24 +46,6 @@ func (s *shortTokens) check(token string) (string, bool) {
 	return "system:serviceaccount:ipam-system:cni-ipam", true
 }
 
-// lockedBuffer is a bytes.Buffer safe for one writer and one reader at once.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestKubeconfigRefresh runs install.sh, the DaemonSet's kubeconfig writer,
 // against the in-process API server with short-lived tokens: the server
 // refuses a token after its expiry (401). The kubelet's part is played by
@@ -88,31 +69,20 @@ func TestKubeconfigRefresh(t *testing.T) {
 		t.Fatalf("server address %q", srv.Addr())
 	}
 
-	dir := t.TempDir()
-	src, bin, conf, tokenDir := filepath.Join(dir, "cni-ipam"), filepath.Join(dir, "bin"), filepath.Join(dir, "net.d"), filepath.Join(dir, "token")
-	for _, d := range []string{bin, conf, tokenDir} {
-		must(t, os.Mkdir(d, 0o755))
-	}
-	must(t, os.WriteFile(src, []byte("plugin"), 0o644))
-	must(t, os.WriteFile(filepath.Join(tokenDir, "ca.crt"), srv.Config().CAData, 0o644))
-	writeToken := func(tok string) { // as the kubelet does: a new file, renamed
-		must(t, os.WriteFile(filepath.Join(tokenDir, ".token.new"), []byte(tok), 0o644))
-		must(t, os.Rename(filepath.Join(tokenDir, ".token.new"), filepath.Join(tokenDir, "token")))
-	}
+	n := newNode(t, srv.Config().CAData)
 	first, firstExp := tokens.issue("token-1", lifetime)
-	writeToken(first)
+	n.writeToken(t, first)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, sh, "install.sh")
 	var stderr lockedBuffer // written by exec's copying goroutine
 	cmd.Stderr = &stderr
-	cmd.Env = append(os.Environ(), "BIN_SRC="+src, "CNI_BIN_DIR="+bin, "CNI_CONF_DIR="+conf, "TOKEN_DIR="+tokenDir,
-		"KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port, "REFRESH_SECONDS=1")
+	cmd.Env = n.env("KUBERNETES_SERVICE_HOST="+host, "KUBERNETES_SERVICE_PORT="+port, "REFRESH_SECONDS=1")
 	must(t, cmd.Start())
 	defer func() { cancel(); _ = cmd.Wait() }()
 
-	kubeconfig := filepath.Join(conf, "cni-ipam.kubeconfig")
+	kubeconfig := filepath.Join(n.conf, "cni-ipam.kubeconfig")
 	// waitToken waits until the kubeconfig holds token, and returns the
 	// file's contents then.
 	waitToken := func(token string) []byte {
@@ -149,7 +119,7 @@ func TestKubeconfigRefresh(t *testing.T) {
 	// The kubelet rotates the token before it expires.
 	time.Sleep(time.Until(firstExp.Add(-lifetime / 2)))
 	second, _ := tokens.issue("token-2", lifetime)
-	writeToken(second)
+	n.writeToken(t, second)
 	after := waitToken(second)
 	if refreshed := time.Now(); !refreshed.Before(firstExp) {
 		t.Fatalf("the kubeconfig was refreshed %s after the old token expired", refreshed.Sub(firstExp))
