@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -58,8 +59,10 @@ type builtinGroup struct {
 
 // builtinGroups returns the groups the harness serves: pods, nodes,
 // namespaces, service accounts, ConfigMaps and Services in the core group,
-// StatefulSets, Deployments and DaemonSets in apps/v1, Leases in
-// coordination.k8s.io/v1 (leader election), Events in events.k8s.io/v1,
+// StatefulSets, Deployments, ReplicaSets and DaemonSets in apps/v1, Jobs
+// and CronJobs in batch/v1 (every kind the SpiderSubnet runner follows),
+// Leases in coordination.k8s.io/v1 (leader election), Events in
+// events.k8s.io/v1,
 // PodDisruptionBudgets in policy/v1 and the four RBAC kinds in
 // rbac.authorization.k8s.io/v1 (what install manifests create).
 func builtinGroups() ([]*builtinGroup, error) {
@@ -112,6 +115,11 @@ func builtinGroups() ([]*builtinGroup, error) {
 			model: appsv1.Deployment{}.OpenAPIModelName(), listModel: appsv1.DeploymentList{}.OpenAPIModelName(),
 		},
 		{
+			resource: "replicasets", singular: "replicaset", namespaced: true,
+			newObj: func() runtime.Object { return &appsv1.ReplicaSet{} }, newList: func() runtime.Object { return &appsv1.ReplicaSetList{} },
+			model: appsv1.ReplicaSet{}.OpenAPIModelName(), listModel: appsv1.ReplicaSetList{}.OpenAPIModelName(),
+		},
+		{
 			resource: "daemonsets", singular: "daemonset", namespaced: true,
 			newObj: func() runtime.Object { return &appsv1.DaemonSet{} }, newList: func() runtime.Object { return &appsv1.DaemonSetList{} },
 			model: appsv1.DaemonSet{}.OpenAPIModelName(), listModel: appsv1.DaemonSetList{}.OpenAPIModelName(),
@@ -135,6 +143,21 @@ func builtinGroups() ([]*builtinGroup, error) {
 			resource: "events", singular: "event", namespaced: true,
 			newObj: func() runtime.Object { return &eventsv1.Event{} }, newList: func() runtime.Object { return &eventsv1.EventList{} },
 			model: eventsv1.Event{}.OpenAPIModelName(), listModel: eventsv1.EventList{}.OpenAPIModelName(),
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	batch, err := newBuiltinGroup(batchv1.SchemeGroupVersion, batchv1.AddToScheme, []builtinKind{
+		{
+			resource: "jobs", singular: "job", namespaced: true,
+			newObj: func() runtime.Object { return &batchv1.Job{} }, newList: func() runtime.Object { return &batchv1.JobList{} },
+			model: batchv1.Job{}.OpenAPIModelName(), listModel: batchv1.JobList{}.OpenAPIModelName(),
+		},
+		{
+			resource: "cronjobs", singular: "cronjob", namespaced: true,
+			newObj: func() runtime.Object { return &batchv1.CronJob{} }, newList: func() runtime.Object { return &batchv1.CronJobList{} },
+			model: batchv1.CronJob{}.OpenAPIModelName(), listModel: batchv1.CronJobList{}.OpenAPIModelName(),
 		},
 	})
 	if err != nil {
@@ -175,7 +198,7 @@ func builtinGroups() ([]*builtinGroup, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []*builtinGroup{core, apps, coordination, events, policy, rbac}, nil
+	return []*builtinGroup{core, apps, batch, coordination, events, policy, rbac}, nil
 }
 
 // newBuiltinGroup makes a scheme that holds the group's versioned types, the

@@ -231,7 +231,7 @@ func TestControllerProgram(t *testing.T) {
 	})
 	args := []string{"--kubeconfig", kubeconfig, "--lease-namespace", leaseNS, "--lease-name", "ipam-controller",
 		"--lease-duration", "8s", "--renew-deadline", "6s", "--retry-period", "500ms",
-		"--subnet-kinds", "StatefulSet", "--gc-period", "1h"}
+		"--gc-period", "1h"} // every --subnet-kinds, as deploy/ runs it
 	replicas := map[string]*replica{}
 	for _, id := range []string{"r0", "r1"} {
 		replicas[id] = startReplica(t, id, args...)

@@ -8,12 +8,13 @@
 // (go.etcd.io/etcd/server/v3/embed), both listening on 127.0.0.1 only. Beside
 // custom resources it serves, through the same generic registry, the
 // built-in kinds a controller of IP addresses reads: pods, nodes and
-// namespaces (core/v1), StatefulSets (apps/v1), and the Leases
-// (coordination.k8s.io/v1) and Events (events.k8s.io/v1) a controller writes
-// for leader election and to tell what it did; and the kinds install
-// manifests hold, so that they can be created as typed objects:
-// ServiceAccounts, ConfigMaps and Services (core/v1), Deployments and
-// DaemonSets (apps/v1), PodDisruptionBudgets (policy/v1), and ClusterRoles,
+// namespaces (core/v1), the applications whose pods get auto-pools
+// (StatefulSets, Deployments, ReplicaSets, DaemonSets in apps/v1, Jobs and
+// CronJobs in batch/v1), and the Leases (coordination.k8s.io/v1) and Events
+// (events.k8s.io/v1) a controller writes for leader election and to tell
+// what it did; and the kinds install manifests hold, so that they can be
+// created as typed objects: ServiceAccounts, ConfigMaps and Services
+// (core/v1), PodDisruptionBudgets (policy/v1), and ClusterRoles,
 // ClusterRoleBindings, Roles and RoleBindings (rbac.authorization.k8s.io/v1,
 // stored, not enforced). Nothing is downloaded and no binary is run.
 //

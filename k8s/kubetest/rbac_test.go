@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -138,11 +139,24 @@ func checkRBAC(t *testing.T, agent, file, account string) {
 	g := shippedRBAC(t, file, account)
 	var used []rbacv1.PolicyRule
 	n := 0
+	made := map[string]bool{} // what it asked for, without object names
 	for _, r := range srv.Requests() {
 		if !strings.HasPrefix(r.UserAgent, agent) {
 			continue
 		}
 		n++
+		res := r.Resource
+		if r.APIGroup != "" {
+			res += "." + r.APIGroup
+		}
+		if r.Subresource != "" {
+			res += "/" + r.Subresource
+		}
+		where := "cluster-wide"
+		if r.Namespace != "" {
+			where = "in " + r.Namespace
+		}
+		made[r.Verb+" "+res+" "+where] = true
 		rule := asRule(r)
 		used = append(used, rule)
 		if !g.allows(r) {
@@ -157,7 +171,7 @@ func checkRBAC(t *testing.T, agent, file, account string) {
 	if n == 0 {
 		t.Fatalf("no request from %s recorded: nothing to check %s against", agent, file)
 	}
-	t.Logf("%s: %d distinct requests, each allowed by %s", agent, n, file)
+	t.Logf("%s: %d distinct requests, each allowed by %s:\n\t%s", agent, n, file, strings.Join(slices.Sorted(maps.Keys(made)), "\n\t"))
 	// The reverse: each verb of each resource a rule names, used or not.
 	all := slices.Clone(g.cluster)
 	for _, rules := range g.namespaced {
