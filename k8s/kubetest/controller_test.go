@@ -161,7 +161,8 @@ func eventsOf(t *testing.T, cs kubernetes.Interface, ns string) []eventsv1.Event
 // /readyz once synced, and /metrics; one leads; a deleted pod's claim is
 // released with an Event and counted in ipamkit_gc_released_total; an
 // invalid SpiderIPPool gets an Event; SIGTERM stops the leader (status 0),
-// the other takes the lease over and collects in its turn.
+// the other takes the lease over and collects in its turn. Every request the
+// replicas made is allowed by deploy/rbac-controller.yaml.
 func TestControllerProgram(t *testing.T) {
 	emptyBackend(t)
 	ctx := t.Context()
@@ -223,9 +224,14 @@ func TestControllerProgram(t *testing.T) {
 	first := claim("first")
 
 	kubeconfig := kubeconfigFile(t)
-	args := []string{"--kubeconfig", kubeconfig, "--lease-namespace", ns, "--lease-name", "ipam-controller",
+	// The Lease where deploy/ puts it (its Role is in that namespace).
+	const leaseNS = installNamespace
+	t.Cleanup(func() {
+		_ = cs.CoordinationV1().Leases(leaseNS).Delete(context.Background(), "ipam-controller", metav1.DeleteOptions{})
+	})
+	args := []string{"--kubeconfig", kubeconfig, "--lease-namespace", leaseNS, "--lease-name", "ipam-controller",
 		"--lease-duration", "8s", "--renew-deadline", "6s", "--retry-period", "500ms",
-		"--subnet-kinds", "StatefulSet", "--gc-period", "1h"}
+		"--gc-period", "1h"} // every --subnet-kinds, as deploy/ runs it
 	replicas := map[string]*replica{}
 	for _, id := range []string{"r0", "r1"} {
 		replicas[id] = startReplica(t, id, args...)
@@ -241,7 +247,7 @@ func TestControllerProgram(t *testing.T) {
 		}
 	}
 	holder := func() string {
-		l, err := cs.CoordinationV1().Leases(ns).Get(ctx, "ipam-controller", metav1.GetOptions{})
+		l, err := cs.CoordinationV1().Leases(leaseNS).Get(ctx, "ipam-controller", metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return ""
 		}
@@ -313,4 +319,7 @@ func TestControllerProgram(t *testing.T) {
 	for _, e := range eventsOf(t, cs, ns) {
 		t.Logf("event %s %s/%s: %s", e.Reason, e.Regarding.Kind, e.Regarding.Name, e.Note)
 	}
+	// Every request the replicas made is allowed by the RBAC deploy/
+	// ships for them.
+	checkRBAC(t, "ipam-controller/", "../../deploy/rbac-controller.yaml", "ipam-controller")
 }
