@@ -113,8 +113,9 @@ func controller(ctx context.Context, c *config, log *slog.Logger) error {
 		}
 		parts = append(parts, gc.Run)
 	}
+	var sub *kubesubnet.Runner
 	if c.subnet {
-		sub, err := kubesubnet.New(cfg, kubesubnet.Options{
+		sub, err = kubesubnet.New(cfg, kubesubnet.Options{
 			Claims: st, Kinds: c.subnetKinds, Workers: c.subnetWorkers, Logger: log,
 			Informers: factory, DynamicInformers: dynFactory, Events: recorder,
 		})
@@ -122,6 +123,13 @@ func controller(ctx context.Context, c *config, log *slog.Logger) error {
 			return err
 		}
 		parts = append(parts, sub.Run)
+	}
+	if c.usage {
+		run, err := usageWriter(cfg, c, alloc, sub, dynFactory, recorder, log)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, run)
 	}
 
 	// Every informer is asked for: start them, for the life of the process.
