@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -80,14 +79,7 @@ func BenchmarkGCScale(b *testing.B) {
 	seedStart := time.Now()
 	gcscaleSeed(b, *gcscaleClaims)
 	b.Logf("seeded %d claims in %v", *gcscaleClaims, time.Since(seedStart).Round(time.Millisecond))
-	kc, err := srv.Kubeconfig()
-	if err != nil {
-		b.Fatal(err)
-	}
-	kubeconfig := filepath.Join(b.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		b.Fatal(err)
-	}
+	kubeconfig := kubeconfigFile(b)
 	// A full pass over Allocator.Claims (every claim in one list), and over
 	// kubegc.IPClaimPages (a page of 500 at a time).
 	for _, mode := range []string{"all", "pages"} {
