@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,8 +30,10 @@ const DefaultPageSize = 500
 // cluster (see Options.Claims).
 type ClaimPager interface {
 	// ClaimPages calls page with every claim, in pages of at most size
-	// claims, in no particular order, all as they were at one point of the
-	// Store's history, and stops at the first error page returns. Records
+	// claims, in no particular order, each as it was at some point after
+	// the call began (IPClaimPages: all at one point, unless the listing
+	// outlives the API server's history), and stops at the first error
+	// page returns. Records
 	// that are no valid claims are left out and reported in the error
 	// returned at the end (wrapping store.ErrCorrupt); any other error
 	// stops the listing.
@@ -111,7 +114,19 @@ func (p *ipClaimPager) ClaimPages(ctx context.Context, size int, page func([]sto
 	var bad []error
 	claims := make([]store.Claim, 0, size)
 	for {
-		raw, err := p.client.Get().Resource(kubestore.ClaimResource).VersionedParams(&opts, metav1.ParameterCodec).Do(ctx).Raw()
+		res := p.client.Get().Resource(kubestore.ClaimResource).VersionedParams(&opts, metav1.ParameterCodec).Do(ctx)
+		err := res.Error() // the API server's Status, decoded (Raw does not)
+		raw, _ := res.Raw()
+		if cont, ok := expired(err); ok && opts.Continue != "" {
+			// The snapshot of the first page is gone (etcd compacted it,
+			// after some 5 minutes): go on from the next key at the
+			// newest revision, with the token the server gives. The
+			// claims after it are listed later than the others, which a
+			// pass allows: each is judged on its own, against the
+			// snapshot time taken before the first page.
+			opts.Continue = cont
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("kubegc: listing IPClaims: %w", kubeerr.Wrap(ctx, err))
 		}
@@ -136,6 +151,16 @@ func (p *ipClaimPager) ClaimPages(ctx context.Context, size int, page func([]sto
 		}
 		opts.Continue = l.Metadata.Continue
 	}
+}
+
+// expired returns the continue token of a 410 answer to a list whose
+// continue token has expired, and whether err is one.
+func expired(err error) (string, bool) {
+	var se *apierrors.StatusError
+	if !errors.As(err, &se) || se.ErrStatus.Code != 410 || se.ErrStatus.ListMeta.Continue == "" {
+		return "", false
+	}
+	return se.ErrStatus.ListMeta.Continue, true
 }
 
 // claim returns the claim o stores, or an error wrapping store.ErrCorrupt
