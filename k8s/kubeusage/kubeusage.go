@@ -225,7 +225,10 @@ func (w *Writer) Sync(ctx context.Context) Pass {
 	var errs []error
 	usage, err := w.alloc.Usage(ctx, time.Now())
 	if err != nil {
-		errs = append(errs, fmt.Errorf("kubeusage: reading the pools' usage: %w", err))
+		// Nothing is known of any pool: keep what was known of each, so
+		// that a pass that fails does not record their Events again.
+		p.Err = fmt.Errorf("kubeusage: reading the pools' usage: %w", err)
+		return p
 	}
 	seen := map[string]bool{}
 	for _, u := range usage {
