@@ -2,6 +2,7 @@ package kubetest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s/kubepools"
+	"github.com/ipamkit/ipam/k8s/kubestore"
 	"github.com/ipamkit/ipam/k8s/kubeusage"
 	"github.com/ipamkit/ipam/store"
 	"github.com/ipamkit/ipam/subnet"
@@ -250,4 +253,84 @@ func TestUsageWriter(t *testing.T) {
 		a, _ := counts(t, kubeusage.SubnetResource, sub)
 		return a == 55
 	})
+}
+
+// failingList is a Store whose List fails while fail is set: what
+// Allocator.Usage counts with on kubestore.
+type failingList struct {
+	*kubestore.Store
+	fail atomic.Bool
+}
+
+func (s *failingList) List(ctx context.Context, pool string) ([]store.Claim, error) {
+	if s.fail.Load() {
+		return nil, errors.New("kubetest: list refused")
+	}
+	return s.Store.List(ctx, pool)
+}
+
+// TestUsageWriterUnreadable: passes that cannot read the usage record no
+// Event and forget nothing: a pool nearly exhausted before them is not
+// announced again after them. (A failed pass dropped every pool's state,
+// so the next pass announced the pool again.)
+func TestUsageWriterUnreadable(t *testing.T) {
+	emptyBackend(t)
+	ctx := t.Context()
+	const pool = "usage-unread"
+	applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", pool, map[string]any{
+		"ipVersion": int64(4), "subnet": "10.82.0.0/24", "ips": []any{"10.82.0.10-10.82.0.13"},
+	})
+	t.Cleanup(func() { deleteSpiderObjects(t, kubepools.IPPoolResource, pool) })
+	var log syncBuffer
+	src := runSource(t, &log)
+	agent, err := ipam.NewAllocator(ipam.Options{Pools: src, Store: newStore(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := agent.Allocate(ctx, ipam.Request{Namespace: "default", Name: fmt.Sprint("unread-", i), UID: fmt.Sprint("unread-uid-", i),
+			Interfaces: []ipam.NIC{{Name: "eth0", Pools: []string{pool}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := &failingList{Store: newStore(t)}
+	alloc, err := ipam.NewAllocator(ipam.Options{Pools: src, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &countingRecorder{}
+	w, err := kubeusage.New(srv.Config(), alloc, kubeusage.Options{Interval: time.Hour, Events: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(rctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	// Run's first pass announces the pool (no address free); the others
+	// are forced by Sync (the interval is an hour).
+	waitFor(t, "the Event of the exhausted pool", func() bool { return rec.n.Load() == 1 })
+	st.fail.Store(true)
+	for range 2 {
+		if p := w.Sync(ctx); p.Err == nil {
+			t.Fatal("a pass read the usage through a Store that fails")
+		}
+	}
+	st.fail.Store(false)
+	if p := w.Sync(ctx); p.Err != nil {
+		t.Fatal(p.Err)
+	}
+	if n := rec.n.Load(); n != 1 {
+		t.Errorf("%d Events of a pool that stayed exhausted through passes that could not read the usage; want 1", n)
+	}
+}
+
+// countingRecorder counts the Events recorded.
+type countingRecorder struct{ n atomic.Int64 }
+
+func (r *countingRecorder) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {
+	r.n.Add(1)
 }
