@@ -231,7 +231,7 @@ func TestControllerProgram(t *testing.T) {
 	})
 	args := []string{"--kubeconfig", kubeconfig, "--lease-namespace", leaseNS, "--lease-name", "ipam-controller",
 		"--lease-duration", "8s", "--renew-deadline", "6s", "--retry-period", "500ms",
-		"--gc-period", "1h"} // every --subnet-kinds, as deploy/ runs it
+		"--gc-period", "1h", "--usage-interval", "500ms"} // every --subnet-kinds, as deploy/ runs it
 	replicas := map[string]*replica{}
 	for _, id := range []string{"r0", "r1"} {
 		replicas[id] = startReplica(t, id, args...)
@@ -274,6 +274,12 @@ func TestControllerProgram(t *testing.T) {
 		})
 	}
 
+	// The count columns of the pool, written by the leader: one of 11.
+	waitFor(t, "the count columns of ctrl", func() bool {
+		a, tot := counts(t, kubepools.IPPoolResource, "ctrl")
+		return a == 1 && tot == 11
+	})
+
 	// A deleted pod's claim goes, with an Event on the pod, counted.
 	c.deletePod("first")
 	waitFor(t, "the claim of the deleted pod released", gone(first))
@@ -303,6 +309,10 @@ func TestControllerProgram(t *testing.T) {
 		t.Fatalf("%s still runs a minute after SIGTERM", leader)
 	}
 	waitFor(t, other+" takes the lease", func() bool { return holder() == other })
+	waitFor(t, "the count columns of ctrl after the release", func() bool {
+		a, tot := counts(t, kubepools.IPPoolResource, "ctrl")
+		return a == 0 && tot == 11
+	})
 	second := claim("second")
 	c.deletePod("second")
 	waitFor(t, "the claim of the second deleted pod released by "+other, gone(second))

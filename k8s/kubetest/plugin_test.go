@@ -65,7 +65,7 @@ func goBuild(out, pkg, tags string) error {
 }
 
 // kubeconfigFile writes the server's kubeconfig for a program to read.
-func kubeconfigFile(t *testing.T) string {
+func kubeconfigFile(t testing.TB) string {
 	t.Helper()
 	kc, err := srv.Kubeconfig()
 	if err != nil {
