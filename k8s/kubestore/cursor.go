@@ -72,11 +72,11 @@ func (s *Store) SetCursor(ctx context.Context, pool string, ip netip.Addr) error
 	if !ip.IsValid() {
 		return fmt.Errorf("kubestore: set cursor of %s: %w", pool, errNoName)
 	}
-	name := cursorName(pool, s.node)
+	name := cursorName(pool, s.nodeName())
 	body, err := json.Marshal(&cursorObject{
 		TypeMeta:   metav1.TypeMeta{APIVersion: groupAPIVersion, Kind: cursorKind},
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       cursorSpec{Pool: pool, Node: s.node, IP: ip.String()},
+		Spec:       cursorSpec{Pool: pool, Node: s.nodeName(), IP: ip.String()},
 	})
 	if err != nil {
 		return fmt.Errorf("kubestore: set cursor of %s: %w", pool, err)
@@ -96,7 +96,7 @@ func (s *Store) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
 	if err := ctx.Err(); err != nil {
 		return netip.Addr{}, fmt.Errorf("kubestore: cursor of %s: %w", pool, err)
 	}
-	name := cursorName(pool, s.node)
+	name := cursorName(pool, s.nodeName())
 	raw, err := s.do(ctx, s.client.Get().Resource(CursorResource).Name(name))
 	switch {
 	case isObjectNotFound(err, name):
@@ -112,7 +112,7 @@ func (s *Store) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
 	switch {
 	case err != nil:
 		return netip.Addr{}, &CorruptError{Name: name, Field: "spec.ip", Value: o.Spec.IP, Reason: "not an IP address"}
-	case o.Spec.Pool != pool || o.Spec.Node != s.node:
+	case o.Spec.Pool != pool || o.Spec.Node != s.nodeName():
 		return netip.Addr{}, nil // another pool's or node's, by a hash collision
 	}
 	return ip, nil

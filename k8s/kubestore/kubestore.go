@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,9 +68,9 @@ type Options struct {
 type Store struct {
 	client *rest.RESTClient
 	log    *slog.Logger
-	node   string
-	seen   seenCache // the claims this Store read or wrote, by name
-	index  indexMemo // the owner indexes it read or wrote, by name
+	node   atomic.Pointer[string] // Options.Node, or SetNode's
+	seen   seenCache              // the claims this Store read or wrote, by name
+	index  indexMemo              // the owner indexes it read or wrote, by name
 	layout layoutCheck
 }
 
@@ -112,8 +113,18 @@ func New(cfg *rest.Config, opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{client: client, log: log, node: opts.Node}, nil
+	s := &Store{client: client, log: log}
+	s.node.Store(&opts.Node)
+	return s, nil
 }
+
+// SetNode sets the node whose cursors the Store reads and writes from now
+// on, as Options.Node does, for a caller that learns it after New (the CNI
+// plugin reads it from the pod). Call it before the Store is used.
+func (s *Store) SetNode(node string) { s.node.Store(&node) }
+
+// nodeName returns Options.Node, or what SetNode set.
+func (s *Store) nodeName() string { return *s.node.Load() }
 
 // Get returns the claim for ip in pool, read from etcd through the API
 // server (a quorum read of the object ClaimName names), or an error
