@@ -88,26 +88,34 @@ func (s *Store) writeMarker(ctx context.Context) error {
 // ClaimName, from a list of every IPClaim (in pages).
 func (s *Store) legacyNames(ctx context.Context, max int) ([]string, error) {
 	var names []string
-	err := s.eachClaim(ctx, func(raw json.RawMessage) bool {
-		var o struct {
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-		}
-		if json.Unmarshal(raw, &o) == nil {
-			if _, ok := ParseClaimName(o.Metadata.Name); !ok {
-				names = append(names, o.Metadata.Name)
-			}
+	_, err := s.eachClaim(ctx, func(raw json.RawMessage) bool {
+		if name, ok := legacyName(raw); ok {
+			names = append(names, name)
 		}
 		return len(names) < max
 	})
 	return names, err
 }
 
+// legacyName returns the name of the IPClaim raw and whether it is not one
+// ClaimName gives: an object of the old layout (or one written by hand).
+func legacyName(raw json.RawMessage) (string, bool) {
+	var o struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(raw, &o) != nil {
+		return "", false
+	}
+	_, ok := ParseClaimName(o.Metadata.Name)
+	return o.Metadata.Name, !ok
+}
+
 // eachClaim calls f with every IPClaim, from a list in pages of 500, until
-// f returns false.
-func (s *Store) eachClaim(ctx context.Context, f func(json.RawMessage) bool) error {
-	cont := ""
+// f returns false, and returns the list's resourceVersion.
+func (s *Store) eachClaim(ctx context.Context, f func(json.RawMessage) bool) (string, error) {
+	var rv, cont string
 	for {
 		req := s.client.Get().Resource(ClaimResource).Param("limit", strconv.Itoa(watchPage))
 		if cont != "" {
@@ -115,19 +123,22 @@ func (s *Store) eachClaim(ctx context.Context, f func(json.RawMessage) bool) err
 		}
 		raw, err := s.do(ctx, req)
 		if err != nil {
-			return err
+			return "", err
 		}
 		list := &objectList{}
 		if err := json.Unmarshal(raw, list); err != nil {
-			return fmt.Errorf("decoding the list of %s: %w", ClaimResource, err)
+			return "", fmt.Errorf("decoding the list of %s: %w", ClaimResource, err)
+		}
+		if rv == "" {
+			rv = list.Metadata.ResourceVersion
 		}
 		for _, item := range list.Items {
 			if !f(item) {
-				return nil
+				return rv, nil
 			}
 		}
 		if cont = list.Metadata.Continue; cont == "" {
-			return nil
+			return rv, nil
 		}
 	}
 }
@@ -164,16 +175,9 @@ type MigrateResult struct {
 func (s *Store) Migrate(ctx context.Context) (MigrateResult, error) {
 	var res MigrateResult
 	var legacy []json.RawMessage
-	err := s.eachClaim(ctx, func(raw json.RawMessage) bool {
-		var o struct {
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-		}
-		if json.Unmarshal(raw, &o) == nil {
-			if _, ok := ParseClaimName(o.Metadata.Name); !ok {
-				legacy = append(legacy, raw)
-			}
+	_, err := s.eachClaim(ctx, func(raw json.RawMessage) bool {
+		if _, ok := legacyName(raw); ok {
+			legacy = append(legacy, raw)
 		}
 		return true
 	})

@@ -91,34 +91,17 @@ func (s *Store) Watch(ctx context.Context, h store.WatchHandler) error {
 // the list's resourceVersion.
 func (s *Store) reset(ctx context.Context, h store.WatchHandler) (string, error) {
 	var claims []store.Claim
-	var rv, cont string
-	for {
-		req := s.client.Get().Resource(ClaimResource).Param("limit", strconv.Itoa(watchPage))
-		if cont != "" {
-			req = req.Param("continue", cont)
-		}
-		raw, err := s.do(ctx, req)
+	rv, err := s.eachClaim(ctx, func(item json.RawMessage) bool {
+		c, _, err := decodeClaim(item)
 		if err != nil {
-			return "", err
+			s.log.Warn("kubestore: watch skips an object that is no valid claim", "err", err)
+			return true
 		}
-		list := &objectList{}
-		if err := json.Unmarshal(raw, list); err != nil {
-			return "", fmt.Errorf("decoding the list of %s: %w", ClaimResource, err)
-		}
-		for _, item := range list.Items {
-			c, _, err := decodeClaim(item)
-			if err != nil {
-				s.log.Warn("kubestore: watch skips an object that is no valid claim", "err", err)
-				continue
-			}
-			claims = append(claims, c)
-		}
-		if rv == "" {
-			rv = list.Metadata.ResourceVersion
-		}
-		if cont = list.Metadata.Continue; cont == "" {
-			break
-		}
+		claims = append(claims, c)
+		return true
+	})
+	if err != nil {
+		return "", err
 	}
 	h.Reset(claims)
 	return rv, nil

@@ -253,3 +253,63 @@ func newCountingStore(t testing.TB, n *atomic.Int64) *kubestore.Store {
 	}
 	return s
 }
+
+// TestPruneByToken: a Delete prunes from the owner's index the entry of the
+// claim it deleted (the token in the claim's annotation), not every entry
+// of the address: another entry of it, as a create of the same address
+// under way writes before its claim, stays, so that claim cannot go
+// missing from its owner's index. (TestFlatRequests shows an index left
+// with no entry deleted.)
+func TestPruneByToken(t *testing.T) {
+	emptyBackend(t)
+	ctx := t.Context()
+	s := newStore(t)
+	owner := store.Owner{UID: "prune-a", Interface: "eth0"}
+	c, err := s.Create(ctx, store.Claim{Pool: "prune", IP: netip.MustParseAddr("10.71.0.1"), Owner: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := dynamic.NewForConfigOrDie(srv.Config()).Resource(ownersGVR)
+	name := kubestore.OwnerIndexName(store.ByUID("prune-a"))
+	entries := func() []any {
+		t.Helper()
+		obj, err := owners.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, _, _ := unstructured.NestedSlice(obj.Object, "spec", "claims")
+		return e
+	}
+	if got := entries(); len(got) != 1 {
+		t.Fatalf("the index after a create has %v, want one entry", got)
+	}
+	// A second entry of the address, as a create under way writes.
+	obj, err := owners.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	under := map[string]any{"pool": "prune", "ip": "10.71.0.1", "token": "under-way"}
+	if err := unstructured.SetNestedSlice(obj.Object, append(entries(), under), "spec", "claims"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owners.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := newStore(t).Delete(ctx, c.Pool, c.IP, c.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]any{under}, entries()); diff != "" {
+		t.Fatalf("the index after the Delete (-want +got):\n%s", diff)
+	}
+	// Another claim of the owner comes and goes; the entry under way stays.
+	c, err = s.Create(ctx, store.Claim{Pool: "prune", IP: netip.MustParseAddr("10.71.0.2"), Owner: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, c.Pool, c.IP, c.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(); len(got) != 1 {
+		t.Fatalf("the index after a create and a delete has %v, want the entry under way alone", got)
+	}
+}
