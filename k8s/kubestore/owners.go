@@ -129,7 +129,7 @@ func (m *indexMemo) drop(name string) {
 func (s *Store) addEntries(ctx context.Context, ids []store.OwnerQuery, pool string, ip netip.Addr, token string) error {
 	e := indexEntry{Pool: pool, IP: ip.String(), Token: token}
 	for _, q := range ids {
-		err := s.editIndex(ctx, q, func(x *ownerIndex) bool {
+		err := s.editIndex(ctx, q, true, func(x *ownerIndex) bool {
 			x.Claims = append(x.Claims, e)
 			return true
 		})
@@ -149,7 +149,7 @@ func (s *Store) dropEntries(ctx context.Context, ids []store.OwnerQuery, pool st
 	}
 	e := indexEntry{Pool: pool, IP: ip.String(), Token: token}
 	for _, q := range ids {
-		err := s.editIndex(ctx, q, func(x *ownerIndex) bool {
+		err := s.editIndex(ctx, q, false, func(x *ownerIndex) bool {
 			n := len(x.Claims)
 			x.Claims = slices.DeleteFunc(x.Claims, func(y indexEntry) bool { return y == e })
 			return len(x.Claims) != n
@@ -164,13 +164,13 @@ func (s *Store) dropEntries(ctx context.Context, ids []store.OwnerQuery, pool st
 // on the resourceVersion it read (a POST when there is no index, a DELETE
 // when edit leaves no entry), until a write succeeds: a conflict reads the
 // index again and edits that. edit reports whether it changed anything. It
-// starts from what this Store last saw of the index, if anything, or else
-// tries a POST first for a pod UID (usually a new pod) and a GET first for
-// the other identities.
-func (s *Store) editIndex(ctx context.Context, q store.OwnerQuery, edit func(*ownerIndex) bool) error {
+// starts from what this Store last saw of the index, if anything, or else,
+// when adding (an edit that adds entries), tries a POST first for a pod UID
+// (usually a new pod), and otherwise reads the index first.
+func (s *Store) editIndex(ctx context.Context, q store.OwnerQuery, adding bool, edit func(*ownerIndex) bool) error {
 	name := OwnerIndexName(q)
 	cur, known := s.index.get(name)
-	absent := !known && q.Kind == store.KindUID
+	absent := !known && adding && q.Kind == store.KindUID
 	if !known && !absent {
 		var err error
 		if cur, absent, err = s.readIndex(ctx, name); err != nil {
