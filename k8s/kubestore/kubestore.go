@@ -85,11 +85,10 @@ var codecs = func() serializer.CodecFactory {
 
 // New returns a Store that talks to the API server cfg names. It copies cfg
 // and keeps its rate limits: client-go's default, when cfg.QPS and
-// cfg.Burst are zero, is 5 requests per second with bursts of 10, which
-// allows about 1.7 allocations per second after the burst (an allocation
-// makes three requests, see the package documentation). Set cfg.QPS and
-// cfg.Burst to what the API server can give this client, or cfg.QPS to -1
-// for no client-side limit.
+// cfg.Burst are zero, is 5 requests per second with bursts of 10, below
+// what one allocation makes (about 7 requests per address, see the package
+// documentation). Set cfg.QPS and cfg.Burst to what the API server can
+// give this client, or cfg.QPS to -1 for no client-side limit.
 //
 // New does not contact the server.
 func New(cfg *rest.Config, opts Options) (*Store, error) {
