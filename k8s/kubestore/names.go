@@ -22,9 +22,10 @@ const (
 	LabelStable = Group + "/stable"
 	// LabelContainer holds the owner's container ID, when it has one.
 	LabelContainer = Group + "/container"
-	// LabelIP holds the claim's address, so that its claims in every pool
-	// are found at once (AddressClaims): the address's bytes in lower-case
-	// hex, 8 digits for IPv4 and 32 for IPv6.
+	// LabelIP holds the claim's address, for selectors of people and
+	// tools (the Store finds an address's claim by its name): the
+	// address's bytes in lower-case hex, 8 digits for IPv4 and 32 for
+	// IPv6.
 	LabelIP = Group + "/ip"
 	// AnnotationToken holds the token of the claim's entries in its owner
 	// indexes (IPOwner objects): a Delete prunes the entries of the token
