@@ -119,10 +119,11 @@ func ParseLegacyClaimName(name string) (poolPart string, ip netip.Addr, ok bool)
 }
 
 // OwnerIndexName returns the name of the IPOwner object that indexes the
-// claims of q's identity (its Interface aside): "uid.", "name." or
-// "container." followed by the pod UID, the stable owner's
-// "namespace.name" or the container ID, or by the first 40 hex digits of
-// its SHA-256 when that is not a DNS-1123 subdomain or too long. Two
+// claims of q's identity (its Interface aside): "uid." or "name." followed
+// by the pod UID or the stable owner's "namespace.name", or by the first
+// 40 hex digits of its SHA-256 when that is not a DNS-1123 subdomain or too
+// long. (The Store indexes no container IDs; one would be named
+// "container." and the ID.) Two
 // identities whose names collide (a deliberate hash collision) share one
 // object, which costs nothing but a longer index: readers check every
 // claim the index lists against the query.
