@@ -98,6 +98,11 @@
 //	  each claim it lists, then per claim DELETE ipclaims/<address> and a
 //	  PUT of the index, DELETE of it for the last claim.
 //
+// An address found taken when it was thought free (a create refused with
+// AlreadyExists: another node claimed it since this node's cursor) costs
+// three requests: the index entry written, the POST refused, the entry
+// removed.
+//
 // BenchmarkColdAllocate (k8s/kubetest) measures the pair: on the test
 // machine, 62 ms with no other claim, 64 ms with 2,000.
 //
