@@ -138,11 +138,16 @@ func openKubernetes(ctx context.Context, raw json.RawMessage, warn io.Writer) (s
 	if err != nil {
 		return nil, nil, nil, &codedError{types.ErrInvalidNetworkConfig, err}
 	}
-	return st, pools, &kubeCluster{c}, nil
+	return st, pools, &kubeCluster{c, st}, nil
 }
 
 // kubeCluster reads pods from a cluster.
-type kubeCluster struct{ c *kubeclient.Client }
+type kubeCluster struct {
+	c *kubeclient.Client
+	// st is the call's Store: told the pod's node, whose round-robin
+	// cursors it then uses (kubestore.Options.Node).
+	st *kubestore.Store
+}
 
 func (k *kubeCluster) request(ctx context.Context, pod podArgs, containerID, ifname string, nc ipam.NetConf) (ipam.Request, error) {
 	p, err := k.c.Pod(ctx, pod.Namespace, pod.Name)
@@ -163,6 +168,7 @@ func (k *kubeCluster) request(ctx context.Context, pod podArgs, containerID, ifn
 		if n, err = k.c.Node(ctx, p.Spec.NodeName); err != nil {
 			return ipam.Request{}, err
 		}
+		k.st.SetNode(p.Spec.NodeName)
 	}
 	req := k8s.Request(p, ns, n, ipam.NIC{Name: ifname})
 	req.ContainerID = containerID
