@@ -58,6 +58,10 @@ func (s Size) Compare(t Size) int { return s.u.Cmp(t.u) }
 // String returns s in decimal.
 func (s Size) String() string { return s.u.String() }
 
+// Add returns s+n, kept at 2^128-1 if it would exceed it. From the zero
+// Size, it makes one of a count: ipam.Size{}.Add(254).
+func (s Size) Add(n uint64) Size { return s.plus(sizeFrom(n)) }
+
 // minus returns s-n, or 0 if n exceeds s.
 func (s Size) minus(n Size) Size {
 	if s.u.Less(n.u) {

@@ -10,7 +10,7 @@ import (
 // pool that can hand out nothing is never low.
 func TestLevel(t *testing.T) {
 	usage := func(capacity, reserved, free uint64) ipam.Usage {
-		return ipam.Usage{Capacity: ipam.SizeFrom(capacity), Reserved: ipam.SizeFrom(reserved), Free: ipam.SizeFrom(free)}
+		return ipam.Usage{Capacity: ipam.Size{}.Add(capacity), Reserved: ipam.Size{}.Add(reserved), Free: ipam.Size{}.Add(free)}
 	}
 	for _, c := range []struct {
 		name           string
