@@ -145,14 +145,23 @@ func openKubernetes(ctx context.Context, raw json.RawMessage, warn io.Writer) (s
 	if err != nil {
 		return nil, nil, nil, &codedError{types.ErrInvalidNetworkConfig, err}
 	}
-	return st, pools, &kubeCluster{c}, nil
+	return st, pools, &kubeCluster{c, st}, nil
 }
 
 // kubeCluster reads pods from a cluster.
-type kubeCluster struct{ c *kubeclient.Client }
+type kubeCluster struct {
+	c *kubeclient.Client
+	// st is the call's Store: told the pod's node, whose round-robin
+	// cursors it then uses (kubestore.Options.Node).
+	st *kubestore.Store
+}
 
 func (k *kubeCluster) request(ctx context.Context, pod podArgs, containerID, ifname string, nc ipam.NetConf) (ipam.Request, error) {
-	return podRequest(ctx, k.c, pod, containerID, ifname, nc)
+	req, err := podRequest(ctx, k.c, pod, containerID, ifname, nc)
+	if err == nil && req.Node != "" {
+		k.st.SetNode(req.Node)
+	}
+	return req, err
 }
 
 // podReader reads the objects a pod's request is made of: a

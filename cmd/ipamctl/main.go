@@ -87,6 +87,9 @@ commands:
             (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
   who       who holds an address, in which pool
             ADDRESS (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
+  kube      kube migrate: move IPClaims named by pool and address (before
+            claims were named by address) to this version's layout
+            CLUSTER
   version   the version of ipamctl
 
 FILE is YAML or JSON, one or more documents, or a List as kubectl prints it;
@@ -138,6 +141,8 @@ func runProg(ctx context.Context, prog string, args []string, stdin io.Reader, s
 		return runPools(ctx, args[1:], in, stdout, stderr, clock)
 	case "who":
 		return runWho(ctx, args[1:], in, stdout, stderr, clock)
+	case "kube":
+		return runKube(ctx, args[1:], in, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "ipamctl %s\n", buildinfo.Version())
 		return exitOK
@@ -209,7 +214,7 @@ func addKubeconfig(fs *flag.FlagSet, in *input) {
 	fs.StringVar(&in.kubeconfig, "kubeconfig", "", "read the objects and IPClaims of the cluster this kubeconfig `file` names, instead of $KUBECONFIG or ~/.kube/config (without -f, a cluster they name is read)")
 	fs.StringVar(&in.kubeContext, "context", "", "the kubeconfig context `name` to use (default: the current context)")
 	fs.DurationVar(&in.timeout, "timeout", defaultTimeout, "give up on the cluster after this `duration` (positive)")
-	fs.BoolVar(&in.progress.quiet, "quiet", false, "write no progress line on stderr while reading a cluster")
+	fs.BoolVar(&in.progress.quiet, "quiet", false, "write no progress line on stderr while reading a cluster or a node's state directory")
 }
 
 // environ reads the environment of the process: $KUBECONFIG and $HOME

@@ -11,9 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
 	"github.com/ipamkit/ipam"
@@ -84,25 +82,17 @@ func benchRawCreate(b *testing.B, n int) {
 	pool := benchPool(b)
 	clients := make([]rest.Interface, n)
 	for i := range clients {
-		cfg := srv.Config()
-		cfg.GroupVersion = &schema.GroupVersion{Group: kubestore.Group, Version: kubestore.Version}
-		cfg.APIPath = "/apis"
-		cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-		c, err := rest.RESTClientFor(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		clients[i] = c
+		clients[i] = rawClient(b, srv.Config())
 	}
 	var seq atomic.Uint32
 	inParallel(b, n, func(i int) error {
 		k := seq.Add(1)
 		ip := netip.AddrFrom4([4]byte{10, 64, byte(k >> 8), byte(k)})
-		name, _ := kubestore.ClaimName(pool.Name, ip)
+		name, _ := kubestore.ClaimName(ip)
 		body := fmt.Sprintf(`{"apiVersion":"ipam.ipamkit.io/v1alpha1","kind":"IPClaim",`+
-			`"metadata":{"name":%q,"labels":{%q:%q,%q:"%x",%q:"uid-%d",%q:"true"}},`+
+			`"metadata":{"name":%q,"labels":{%q:%q,%q:"%x",%q:"uid-%d"}},`+
 			`"spec":{"pool":%q,"ip":%q,"owner":{"namespace":"bench","name":"pod-%d","uid":"uid-%d","interface":"eth0"},"time":"2024-05-01T12:34:56.789Z"}}`,
-			name, kubestore.LabelPool, pool.Name, kubestore.LabelIP, ip.AsSlice(), kubestore.LabelUID, k, kubestore.LabelCursor,
+			name, kubestore.LabelPool, pool.Name, kubestore.LabelIP, ip.AsSlice(), kubestore.LabelUID, k,
 			pool.Name, ip, k, k)
 		return clients[i].Post().Resource(kubestore.ClaimResource).Body([]byte(body)).Do(context.Background()).Error()
 	})
