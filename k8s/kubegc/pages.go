@@ -177,7 +177,7 @@ func (o *claimItem) claim() (store.Claim, error) {
 	if err != nil || o.Spec.Pool == "" {
 		return bad("spec", o.Spec.Pool+" "+o.Spec.IP)
 	}
-	if want, ok := kubestore.ClaimName(o.Spec.Pool, ip); !ok || want != o.Metadata.Name {
+	if want, ok := kubestore.ClaimName(ip); !ok || want != o.Metadata.Name {
 		return bad("metadata.name", o.Metadata.Name)
 	}
 	ow := o.Spec.Owner

@@ -20,7 +20,7 @@ import (
 func TestClaimPagesExpired(t *testing.T) {
 	item := func(i int) string {
 		ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})
-		name, _ := kubestore.ClaimName("p", ip)
+		name, _ := kubestore.ClaimName(ip)
 		return fmt.Sprintf(`{"metadata":{"name":%q,"resourceVersion":"%d"},"spec":{"pool":"p","ip":%q,"owner":{"uid":"u%d"}}}`, name, 10+i, ip, i)
 	}
 	var asked []string
