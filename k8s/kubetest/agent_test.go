@@ -434,9 +434,10 @@ func TestAgentKilled(t *testing.T) {
 	}
 }
 
-// requestLog is a TLS proxy in front of the test server that records the
-// requests made through it.
-type requestLog struct {
+// proxyLog is a TLS proxy in front of the test server that records the
+// requests made through it (a program of its own cannot be given a
+// WrapTransport, as flat_test.go's requestLog is).
+type proxyLog struct {
 	srv *httptest.Server
 	mu  sync.Mutex
 	log []string
@@ -449,7 +450,7 @@ type requestLog struct {
 
 // hold makes the proxy hold the requests for which match reports true,
 // from now until the returned release is called.
-func (l *requestLog) hold(match func(*http.Request) bool) (held <-chan struct{}, release func()) {
+func (l *proxyLog) hold(match func(*http.Request) bool) (held <-chan struct{}, release func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.holdIf, l.held, l.release = match, make(chan struct{}, 100), make(chan struct{})
@@ -457,7 +458,7 @@ func (l *requestLog) hold(match func(*http.Request) bool) (held <-chan struct{},
 	return l.held, sync.OnceFunc(func() { close(rel) })
 }
 
-func newRequestLog(t testing.TB) *requestLog {
+func newProxyLog(t testing.TB) *proxyLog {
 	t.Helper()
 	rt, err := rest.TransportFor(srv.Config())
 	if err != nil {
@@ -467,7 +468,7 @@ func newRequestLog(t testing.TB) *requestLog {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.Transport = rt
 	proxy.FlushInterval = -1 // watches stream
-	l := &requestLog{}
+	l := &proxyLog{}
 	l.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l.mu.Lock()
 		l.log = append(l.log, requestKey(r))
@@ -518,20 +519,20 @@ func requestKey(r *http.Request) string {
 }
 
 // since returns the requests logged after the first n.
-func (l *requestLog) since(n int) []string {
+func (l *proxyLog) since(n int) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.log[n:])
 }
 
-func (l *requestLog) len() int {
+func (l *proxyLog) len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.log)
 }
 
 // kubeconfig returns a kubeconfig file naming the proxy.
-func (l *requestLog) kubeconfig(t testing.TB) string {
+func (l *proxyLog) kubeconfig(t testing.TB) string {
 	t.Helper()
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -559,7 +560,7 @@ users:
 // requests both times.
 func TestAgentRequests(t *testing.T) {
 	c, socket := agentFixture(t, "agent-r", "10.62.0.")
-	proxy := newRequestLog(t)
+	proxy := newProxyLog(t)
 	kubeconfig := proxy.kubeconfig(t)
 	conf := agentConf(socket, `, "default_ipv4_ippool": ["agent-r"]`)
 
@@ -594,7 +595,7 @@ func TestAgentRequests(t *testing.T) {
 	t.Cleanup(func() {
 		_ = dynamic.NewForConfigOrDie(srv.Config()).Resource(claimsGVR).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
 	})
-	seedClaims(t, "agent-other", netip.MustParsePrefix("10.63.0.0/16"), 2000)
+	seedClaims(t, 2000)
 	startupN, addN := firstAdd("full")
 	t.Logf("start-up with 0 other claims: %q\nfirst ADD: %q", startup0, add0)
 	if !slices.Equal(sortedCopy(add0), sortedCopy(addN)) {
@@ -614,37 +615,6 @@ func sortedCopy(s []string) []string {
 	return s
 }
 
-// seedClaims creates n claims of pool, in prefix, owned by pods of other
-// nodes, through a Store, some at once.
-func seedClaims(t testing.TB, pool string, prefix netip.Prefix, n int) {
-	t.Helper()
-	st := newStore(t)
-	const workers = 8
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			ip := prefix.Addr()
-			for i := 0; i < n; i++ {
-				ip = ip.Next()
-				if i%workers != w {
-					continue
-				}
-				cl := store.Claim{Pool: pool, IP: ip, Owner: store.Owner{UID: fmt.Sprintf("other-%d", i),
-					Namespace: "other", Name: fmt.Sprintf("pod-%d", i), ContainerID: fmt.Sprintf("other-%d", i), Interface: "eth0"}}
-				if _, err := st.Create(t.Context(), cl); err != nil {
-					errs <- fmt.Errorf("seeding claim %d: %w", i, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-}
 
 // BenchmarkAgentAddDel: one pod's ADD then DEL, each a run of the plugin's
 // binary, per call (exec: built with -tags kubernetes, it reads the
@@ -691,7 +661,7 @@ func BenchmarkAgentAddDel(b *testing.B) {
 	seeded := 0
 	for _, n := range []int{0, 1000} {
 		if n > seeded {
-			seedClaims(b, "agent-bench-other", netip.MustParsePrefix("10.65.0.0/16"), n)
+			seedClaims(b, n)
 			seeded = n
 		}
 		for _, mode := range []string{"exec", "agent", "agent-lean"} {
@@ -823,7 +793,7 @@ func TestAgentAPIRestart(t *testing.T) {
 // exits 0.
 func TestAgentDrain(t *testing.T) {
 	c, socket := agentFixture(t, "agent-d", "10.67.0.")
-	proxy := newRequestLog(t)
+	proxy := newProxyLog(t)
 	conf := agentConf(socket, `, "default_ipv4_ippool": ["agent-d"]`)
 	agent := startAgent(t, proxy.kubeconfig(t), "agent-d-node", socket)
 	p := c.pod(podSpec{name: "web", node: "agent-d-node", phase: corev1.PodRunning})
