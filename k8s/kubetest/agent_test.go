@@ -615,7 +615,6 @@ func sortedCopy(s []string) []string {
 	return s
 }
 
-
 // BenchmarkAgentAddDel: one pod's ADD then DEL, each a run of the plugin's
 // binary, per call (exec: built with -tags kubernetes, it reads the
 // cluster itself) and through the node agent (agent: the same binary
