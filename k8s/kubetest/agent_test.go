@@ -159,7 +159,8 @@ func (r cniRun) code(t testing.TB) uint {
 // TestAgent: the same calls, per call and through the agent, print the
 // same (ADD, ADD again, CHECK, the errors of a missing and a replaced pod,
 // DEL, CHECK after it, GC, STATUS); a pod created after the agent started
-// is served; SIGTERM stops the agent and removes its socket; an agent that
+// is served; every request the agent made is allowed by
+// deploy/rbac-plugin.yaml; SIGTERM stops the agent and removes its socket; an agent that
 // is gone (no socket, or a socket nobody listens on) makes ADD, DEL and
 // CHECK fail at once with 11 naming the socket, and STATUS with 50.
 func TestAgent(t *testing.T) {
@@ -268,6 +269,9 @@ func TestAgent(t *testing.T) {
 	if r := same("STATUS", status); r.exit != 0 {
 		t.Errorf("STATUS: %+v", r)
 	}
+
+	// Every request the agent made is allowed by the RBAC it ships with.
+	checkRBAC(t, "cni-ipam-agent", "../../deploy/rbac-plugin.yaml", "cni-ipam")
 
 	// SIGTERM: the agent exits 0 and removes its socket.
 	if err := agent.stop(t); err != nil {
