@@ -81,7 +81,7 @@ func BenchmarkGCScale(b *testing.B) {
 	b.Logf("seeded %d claims in %v", *gcscaleClaims, time.Since(seedStart).Round(time.Millisecond))
 	kubeconfig := kubeconfigFile(b)
 	// A full pass over Allocator.Claims (every claim in one list), and over
-	// kubegc.IPClaimPages (a page of 500 at a time).
+	// kubestore.Store.ClaimPages (a page of 500 at a time).
 	for _, mode := range []string{"all", "pages"} {
 		b.Run("gc="+mode, func(b *testing.B) { gcscaleRun(b, kubeconfig, mode) })
 	}
@@ -349,9 +349,7 @@ func gcscaleChild() int {
 		}
 	}}
 	if os.Getenv(gcscaleModeEV) == "pages" {
-		if opts.Claims, err = kubegc.IPClaimPages(cfg); err != nil {
-			return fail(err)
-		}
+		opts.Claims = st
 	}
 	gc, err := kubegc.New(cfg, alloc, opts)
 	if err != nil {
