@@ -104,16 +104,12 @@ func controller(ctx context.Context, c *config, log *slog.Logger) error {
 
 	var parts []func(context.Context) error
 	if c.gc {
-		// Full passes page through the IPClaims (500 at a time) rather
-		// than hold every claim of the cluster.
-		pages, err := kubegc.IPClaimPages(cfg)
-		if err != nil {
-			return err
-		}
 		gc, err := kubegc.New(cfg, alloc, kubegc.Options{
 			GC: c.gcOptions(), Period: c.gcPeriod, Logger: log,
 			Informers: typedInformers(factory), Events: recorder, Observe: m.observeGC,
-			Claims: pages,
+			// Full passes page through the IPClaims (500 at a time)
+			// rather than hold every claim of the cluster.
+			Claims: st,
 		})
 		if err != nil {
 			return err

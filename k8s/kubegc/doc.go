@@ -12,7 +12,7 @@
 // Allocator.Claims; the claims of some pod UIDs in an event pass,
 // Allocator.Lookup), builds a snapshot of the pods and StatefulSets those
 // claims name from the informers' caches, and judges them with gc.Decide.
-// With Options.Claims (IPClaimPages for a kubestore.Store), a full pass
+// With Options.Claims (the Allocator's *kubestore.Store), a full pass
 // lists the claims in pages of Options.PageSize and judges, confirms and
 // releases one page at a time, keeping only the decisions that release: its
 // memory is then a page of claims and the releases, not every claim of the

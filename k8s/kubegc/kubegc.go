@@ -57,8 +57,8 @@ type Options struct {
 	// of each claim released (the pod named by the claim; it is usually
 	// gone). Nil records none.
 	Events kubeclient.EventRecorder
-	// Claims, if set, lists the claims of a full pass in pages
-	// (IPClaimPages, for the Allocator's kubestore.Store), which the pass
+	// Claims, if set, lists the claims of a full pass in pages (the
+	// Allocator's *kubestore.Store is a ClaimPager), which the pass
 	// judges and releases one page at a time, so that it holds one page of
 	// claims, not every claim of the cluster; it must list the claims of
 	// the Allocator's Store. Nil: a full pass judges Allocator.Claims, every

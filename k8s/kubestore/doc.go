@@ -108,8 +108,12 @@
 //
 // The lists left are off those paths: List of a pool (when round-robin
 // probing from the cursor keeps finding taken addresses, and for
-// lowest-free pools), ListAll (garbage collection), Watch, Owned by
-// container ID, and the layout check (below), once per cluster.
+// lowest-free pools), ListAll and ClaimPages (garbage collection; the
+// latter in pages, holding one page of claims at a time), Watch, Owned by
+// container ID, and the layout check (below), once per cluster. The lists
+// of every IPClaim are made in pages; one that outlives the API server's
+// history (its continue token expires) goes on at the newest revision with
+// the token the server's 410 answer carries.
 //
 // # Revisions
 //

@@ -284,22 +284,7 @@ func (s *Store) listClaims(ctx context.Context, selector string, keep func(store
 	if err != nil {
 		return nil, err
 	}
-	var claims []store.Claim
-	var bad []error
-	for _, raw := range list.Items {
-		c, o, err := decodeClaim(raw)
-		if err != nil {
-			bad = append(bad, err)
-			continue
-		}
-		if err := o.checkLabels(c); err != nil {
-			bad = append(bad, err)
-		}
-		if keep(c) {
-			s.seen.put(o.Metadata.Name, c, o)
-			claims = append(claims, c)
-		}
-	}
+	claims, bad := s.decodeClaims(list.Items, keep, nil, nil)
 	return claims, errors.Join(bad...)
 }
 

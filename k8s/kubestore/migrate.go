@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -110,37 +109,6 @@ func legacyName(raw json.RawMessage) (string, bool) {
 	}
 	_, ok := ParseClaimName(o.Metadata.Name)
 	return o.Metadata.Name, !ok
-}
-
-// eachClaim calls f with every IPClaim, from a list in pages of 500, until
-// f returns false, and returns the list's resourceVersion.
-func (s *Store) eachClaim(ctx context.Context, f func(json.RawMessage) bool) (string, error) {
-	var rv, cont string
-	for {
-		req := s.client.Get().Resource(ClaimResource).Param("limit", strconv.Itoa(watchPage))
-		if cont != "" {
-			req = req.Param("continue", cont)
-		}
-		raw, err := s.do(ctx, req)
-		if err != nil {
-			return "", err
-		}
-		list := &objectList{}
-		if err := json.Unmarshal(raw, list); err != nil {
-			return "", fmt.Errorf("decoding the list of %s: %w", ClaimResource, err)
-		}
-		if rv == "" {
-			rv = list.Metadata.ResourceVersion
-		}
-		for _, item := range list.Items {
-			if !f(item) {
-				return rv, nil
-			}
-		}
-		if cont = list.Metadata.Continue; cont == "" {
-			return rv, nil
-		}
-	}
 }
 
 // MigrateResult says what Migrate did.

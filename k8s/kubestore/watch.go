@@ -19,8 +19,6 @@ import (
 
 // Watch tuning.
 const (
-	// watchPage is the page size of the list that a Watch starts from.
-	watchPage = 500
 	// watchTimeout is how long one watch request lasts before the server
 	// ends it and Watch makes the next, from where it got to.
 	watchTimeout = 5 * time.Minute

@@ -81,7 +81,7 @@ func BenchmarkGCScale(b *testing.B) {
 	b.Logf("seeded %d claims in %v", *gcscaleClaims, time.Since(seedStart).Round(time.Millisecond))
 	kubeconfig := kubeconfigFile(b)
 	// A full pass over Allocator.Claims (every claim in one list), and over
-	// kubegc.IPClaimPages (a page of 500 at a time).
+	// kubestore.Store.ClaimPages (a page of 500 at a time).
 	for _, mode := range []string{"all", "pages"} {
 		b.Run("gc="+mode, func(b *testing.B) { gcscaleRun(b, kubeconfig, mode) })
 	}
@@ -202,8 +202,10 @@ func gcscaleSeed(b *testing.B, n int) {
 	inWorkers(b, n-from, func(i int) error {
 		k := from + i
 		p := pods[k%gcscalePods]
-		// Pool k%100, address k/100 of 10.0.0.0/8 upwards.
-		a := uint32(k / gcscalePools)
+		// Pool k%100, address k of 10.0.0.0/8 upwards: claims are named
+		// by address alone, so an address is claimed in one pool at a
+		// time (address k/100 of each pool made one claim of 100).
+		a := uint32(k)
 		c := store.Claim{Pool: fmt.Sprint("gcscale-", k%gcscalePools), IP: netip.AddrFrom4([4]byte{10, byte(a >> 16), byte(a >> 8), byte(a)}),
 			Owner: store.Owner{Namespace: gcscaleNS, Name: p.Name, UID: string(p.UID), Interface: fmt.Sprint("net", k/gcscalePods)},
 			Time:  time.Now()}
@@ -349,9 +351,7 @@ func gcscaleChild() int {
 		}
 	}}
 	if os.Getenv(gcscaleModeEV) == "pages" {
-		if opts.Claims, err = kubegc.IPClaimPages(cfg); err != nil {
-			return fail(err)
-		}
+		opts.Claims = st
 	}
 	gc, err := kubegc.New(cfg, alloc, opts)
 	if err != nil {

@@ -13,12 +13,16 @@ import (
 	"github.com/ipamkit/ipam"
 	"github.com/ipamkit/ipam/k8s"
 	"github.com/ipamkit/ipam/k8s/kubegc"
+	"github.com/ipamkit/ipam/k8s/kubestore"
 	"github.com/ipamkit/ipam/store"
 )
 
-// TestGCRunnerPages: a full pass over kubegc.IPClaimPages, in pages of 3,
-// judges every claim of the cluster (pools the Allocator does not know
-// included), releases those of the pods that are gone and keeps the
+// A *kubestore.Store lists a full pass's claims in pages.
+var _ kubegc.ClaimPager = (*kubestore.Store)(nil)
+
+// TestGCRunnerPages: a full pass over a kubestore.Store's ClaimPages, in
+// pages of 3, judges every claim of the cluster (pools the Allocator does
+// not know included), releases those of the pods that are gone and keeps the
 // others; an IPClaim that is no valid claim is left out and reported; the
 // pass keeps only the decisions that release.
 func TestGCRunnerPages(t *testing.T) {
@@ -57,10 +61,7 @@ func TestGCRunnerPages(t *testing.T) {
 	}
 	createRaw(t, "gcpages-corrupt", nil, map[string]any{"pool": "gcpages-a", "ip": "not-an-ip", "owner": map[string]any{"uid": "x"}})
 
-	pager, err := kubegc.IPClaimPages(srv.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pager := newStore(t)
 	var sizes []int
 	err = pager.ClaimPages(ctx, 3, func(page []store.Claim) error { sizes = append(sizes, len(page)); return nil })
 	if !errors.Is(err, store.ErrCorrupt) {
