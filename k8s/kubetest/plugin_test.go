@@ -32,7 +32,7 @@ var (
 
 // programs builds the plugin and ipamctl from this repository (the go.work
 // workspace), and returns the directory that holds them.
-func programs(t *testing.T) string {
+func programs(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binDir, buildErr = os.MkdirTemp("", "kubetest-bin-")
@@ -65,7 +65,7 @@ func goBuild(out, pkg, tags string) error {
 }
 
 // kubeconfigFile writes the server's kubeconfig for a program to read.
-func kubeconfigFile(t *testing.T) string {
+func kubeconfigFile(t testing.TB) string {
 	t.Helper()
 	kc, err := srv.Kubeconfig()
 	if err != nil {

@@ -62,6 +62,8 @@ type Server struct {
 	mu     sync.Mutex
 	api    *apiServer // nil while the API server is stopped
 	closed bool
+
+	requests requestCounts
 }
 
 // apiServer is one run of the API server.
@@ -276,6 +278,9 @@ func (s *Server) startAPILocked(ln net.Listener) error {
 		return fmt.Errorf("kubetest: %w", err)
 	}
 	s.certFile = ro.SecureServing.ServerCert.CertKey.CertFile
+	cfg.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+		return genericapiserver.DefaultBuildHandlerChain(s.requests.count(h), c)
+	}
 	groups, err := builtinGroups()
 	if err != nil {
 		ln.Close()

@@ -1,0 +1,538 @@
+package kubetest_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ipamkit/ipam/k8s/kubepools"
+	"github.com/ipamkit/ipam/k8s/kubestore"
+	"github.com/ipamkit/ipam/k8s/kubetest"
+	"github.com/ipamkit/ipam/store"
+)
+
+// The cluster of the scale harness (BenchmarkClusterScale, TestClusterFault):
+// scalePools SpiderIPPools, scale-000 to scale-099, pool i serving
+// 10.(100+i).0.0/16, and claims seeded into them straight through etcd,
+// owned by pods spread over scaleOwnerNodes nodes.
+const (
+	scalePools      = 100
+	scaleOwnerNodes = 5000
+	scaleNamespaces = 50
+)
+
+var scaleClaims = flag.String("scale.claims", "0,1000",
+	"BenchmarkClusterScale: the numbers of seeded IPClaims to measure at, ascending, comma-separated (the issue's: 0,50000,150000)")
+
+// scalePool is the name of seeded pool i.
+func scalePool(i int) string { return fmt.Sprintf("scale-%03d", i) }
+
+// seedAddr is the address of seeded claim k: claims go round the pools,
+// and fill each from 10.(100+i).0.1 up.
+func seedAddr(k int) (pool string, ip netip.Addr) {
+	p, j := k%scalePools, k/scalePools+1
+	return scalePool(p), netip.AddrFrom4([4]byte{10, byte(100 + p), byte(j >> 8), byte(j)})
+}
+
+// seedClaim is the claim of seeded claim k: its own pod, in one of
+// scaleNamespaces namespaces, on one of scaleOwnerNodes nodes (a name only:
+// neither pods nor nodes are created).
+func seedClaim(k int) store.Claim {
+	pool, ip := seedAddr(k)
+	return store.Claim{Pool: pool, IP: ip, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Owner: store.Owner{Namespace: fmt.Sprintf("seed-%d", k%scaleNamespaces), Name: fmt.Sprintf("pod-%d-node-%d", k, k%scaleOwnerNodes),
+			UID: fmt.Sprintf("seed-uid-%d", k), ContainerID: fmt.Sprintf("seed-c-%d", k), Interface: "eth0"}}
+}
+
+// scalePoolsOnce writes the scale pools, once per test binary: they stay for
+// the tests after (other tests use other pools).
+var scalePoolsOnce sync.Once
+
+func writeScalePools(t testing.TB) {
+	t.Helper()
+	scalePoolsOnce.Do(func() {
+		for i := range scalePools {
+			net := fmt.Sprintf("10.%d.", 100+i)
+			applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", scalePool(i), map[string]any{
+				"ipVersion": int64(4), "subnet": net + "0.0/16", "ips": []any{net + "0.1-" + net + "255.254"}, "gateway": net + "255.254",
+			})
+		}
+	})
+}
+
+// recordedClaims builds seeded claims from to to-1 as the plugin's Store
+// writes them (CreateAndSetCursor, as an Allocator claims, when the Store
+// has it), through a kubetest.Recorder, without a server.
+func recordedClaims(t testing.TB, agent string, from, to int) []kubetest.Object {
+	t.Helper()
+	rec := &kubetest.Recorder{}
+	s, err := kubestore.New(rec.Config(agent), kubestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st store.Store = s
+	create := st.Create
+	if cc, ok := st.(store.CursorCreator); ok {
+		create = cc.CreateAndSetCursor
+	}
+	ctx := context.Background()
+	for k := from; k < to; k++ {
+		if _, err := create(ctx, seedClaim(k)); err != nil {
+			t.Fatalf("recording seeded claim %d: %v", k, err)
+		}
+	}
+	return rec.Take()
+}
+
+// seedClaims seeds claims from to to-1 through etcd, and returns when the
+// API server serves them. The claim of each pool with the highest address
+// is written last, so that it is the newest: the pool's cursor (its newest
+// marked claim) then points past the seeded addresses, as it would had an
+// Allocator made them one after another.
+func seedClaims(t testing.TB, from, to int) {
+	t.Helper()
+	if to <= from {
+		return
+	}
+	start := time.Now()
+	last := max(from, to-scalePools)
+	for _, r := range [][2]int{{from, last}, {last, to}} {
+		objs := recordedClaims(t, "cni-ipam", r[0], r[1])
+		n, err := srv.Seed(t.Context(), slices.Values(objs))
+		if err != nil {
+			t.Fatalf("seeding claims %d to %d: %d written: %v", r[0], r[1], n, err)
+		}
+	}
+	// A consistent list is served once the watch cache has caught up with
+	// etcd: then every seeded claim is served.
+	if _, err := newStore(t).Get(t.Context(), scalePool(0), netip.MustParseAddr("10.100.0.1")); err != nil && to > 0 {
+		t.Fatal(err)
+	}
+	t.Logf("seeded claims %d to %d in %s", from, to, time.Since(start).Round(time.Millisecond))
+}
+
+// TestSeedMatchesStore seeds claims through etcd and creates the same
+// claims through a kubestore Store, and compares what etcd holds: the
+// same object (but for uid and times), so the seeded cluster is the one
+// the Store would have made.
+func TestSeedMatchesStore(t *testing.T) {
+	emptyBackend(t)
+	ctx := t.Context()
+	const n = 10
+	stored := func() map[string]map[string]any {
+		t.Helper()
+		return etcdObjects(t, kubestore.Group+"/"+kubestore.ClaimResource+"/")
+	}
+	// Through the API, with the Store's user agent as the seed's.
+	cfg := srv.Config()
+	cfg.UserAgent = "kubetest-seed"
+	s, err := kubestore.New(cfg, kubestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range n {
+		if _, err := s.CreateAndSetCursor(ctx, seedClaim(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	viaAPI := stored()
+	apiList, err := s.ListAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	emptyBackend(t)
+	if got, err := srv.Seed(ctx, slices.Values(recordedClaims(t, "kubetest-seed", 0, n))); err != nil || got != n {
+		t.Fatalf("Seed: %d objects, %v; want %d", got, err, n)
+	}
+	seeded := stored()
+	if len(viaAPI) != n || len(seeded) != n {
+		t.Fatalf("%d objects through the API, %d seeded; want %d each", len(viaAPI), len(seeded), n)
+	}
+	for key, want := range viaAPI {
+		got, ok := seeded[key]
+		if !ok {
+			t.Errorf("%s: created through the API, not seeded", key)
+			continue
+		}
+		normalize(want)
+		normalize(got)
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("%s: seeded object differs from the API's (-api +seeded):\n%s", key, d)
+		}
+	}
+	// The Store reads them back as the same claims.
+	seedList, err := s.ListAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := func(cs []store.Claim) map[string]store.Claim {
+		m := map[string]store.Claim{}
+		for _, c := range cs {
+			c.Revision = 0
+			m[c.Key()] = c
+		}
+		return m
+	}
+	if d := cmp.Diff(byKey(apiList), byKey(seedList), cmpAddr); d != "" {
+		t.Errorf("claims read back differ (-api +seeded):\n%s", d)
+	}
+	// A seeded name is taken: Create fails with ErrExists, and Seed does
+	// not write over it.
+	if _, err := s.Create(ctx, seedClaim(0)); !errors.Is(err, store.ErrExists) {
+		t.Errorf("Create of a seeded address: %v, want store.ErrExists", err)
+	}
+	if _, err := srv.Seed(ctx, slices.Values(recordedClaims(t, "kubetest-seed", 0, 1))); err == nil {
+		t.Errorf("Seed over a seeded object: no error")
+	}
+	emptyBackend(t)
+}
+
+// normalize drops what differs between two creates of one object: its uid,
+// times and resourceVersion.
+func normalize(o map[string]any) {
+	meta := o["metadata"].(map[string]any)
+	delete(meta, "uid")
+	delete(meta, "creationTimestamp")
+	delete(meta, "resourceVersion")
+	if mf, ok := meta["managedFields"].([]any); ok {
+		for _, f := range mf {
+			delete(f.(map[string]any), "time")
+		}
+	}
+}
+
+// etcdObjects returns the objects etcd holds under the API server's key
+// prefix/..., decoded, by key.
+func etcdObjects(t testing.TB, under string) map[string]map[string]any {
+	t.Helper()
+	kvs := etcdGet(t, "/kubetest/"+under)
+	out := map[string]map[string]any{}
+	for k, v := range kvs {
+		var o map[string]any
+		if err := json.Unmarshal(v, &o); err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		out[k] = o
+	}
+	return out
+}
+
+// etcdGet returns every key and value of etcd under prefix.
+func etcdGet(t testing.TB, prefix string) map[string][]byte {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.EtcdURL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resp, err := c.Get(t.Context(), prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = kv.Value
+	}
+	return out
+}
+
+// --- Running the plugin --------------------------------------------------
+
+// execResult is one run of the plugin.
+type execResult struct {
+	res    cniResult
+	took   time.Duration
+	killed bool   // by SIGKILL, before it ended
+	stderr string // what it logged
+	err    error  // it could not be run, or printed no valid result
+}
+
+// execPlugin runs the plugin with command for pod's container and conf;
+// with killAfter > 0, it is killed with SIGKILL that long after it started,
+// if still running.
+func execPlugin(dir, command, container string, pod *corev1.Pod, conf []byte, killAfter time.Duration) execResult {
+	cmd := exec.Command(filepath.Join(dir, "cni-ipam"))
+	cmd.Env = append(os.Environ(), "CNI_COMMAND="+command, "CNI_CONTAINERID="+container, "CNI_NETNS=/var/run/netns/kubetest",
+		"CNI_IFNAME=eth0", "CNI_PATH="+dir, "CNI_ARGS="+podArgs(pod))
+	cmd.Stdin = bytes.NewReader(conf)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return execResult{err: err}
+	}
+	if killAfter > 0 {
+		timer := time.AfterFunc(killAfter, func() { _ = cmd.Process.Kill() })
+		defer timer.Stop()
+	}
+	err := cmd.Wait()
+	r := execResult{took: time.Since(start), stderr: stderr.String()}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+		r.killed = true
+		return r
+	}
+	if stdout.Len() > 0 {
+		if jerr := json.Unmarshal(stdout.Bytes(), &r.res); jerr != nil {
+			r.err = fmt.Errorf("%s: output %q: %v", command, stdout.String(), jerr)
+			return r
+		}
+	}
+	if (err != nil) != (r.res.Code != 0) {
+		r.err = fmt.Errorf("%s: exit %v with output %q (stderr %s)", command, err, stdout.String(), stderr.String())
+	}
+	return r
+}
+
+// ok returns the result's address, or an error if the call failed.
+func (r execResult) addr() (netip.Addr, error) {
+	switch {
+	case r.err != nil:
+		return netip.Addr{}, r.err
+	case r.killed:
+		return netip.Addr{}, fmt.Errorf("killed")
+	case r.res.Code != 0:
+		return netip.Addr{}, fmt.Errorf("error %d: %s", r.res.Code, r.res.Msg)
+	case len(r.res.IPs) != 1:
+		return netip.Addr{}, fmt.Errorf("result with %d addresses, want 1", len(r.res.IPs))
+	}
+	p, err := netip.ParsePrefix(r.res.IPs[0].Address)
+	return p.Addr(), err
+}
+
+// failed returns the call's error, nil if it succeeded.
+func (r execResult) failed() error {
+	switch {
+	case r.err != nil:
+		return r.err
+	case r.killed:
+		return fmt.Errorf("killed")
+	case r.res.Code != 0:
+		return fmt.Errorf("error %d: %s", r.res.Code, r.res.Msg)
+	}
+	return nil
+}
+
+// scaleConf is the network config of the harness's calls: pool from the
+// scale pools, the kubernetes section with extra fields.
+func scaleConf(kubeconfig, pool, extra string) []byte {
+	return fmt.Appendf(nil, `{"cniVersion": "1.1.0", "name": "kube", "type": "macvlan",
+		"ipam": {"type": "cni-ipam", "kubernetes": {"kubeconfig": %q%s}, "default_ipv4_ippool": [%q]}}`, kubeconfig, extra, pool)
+}
+
+// podMaker creates the pods the harness's calls are for.
+type podMaker struct {
+	cs kubernetes.Interface
+	ns string
+}
+
+func newPodMaker(t testing.TB, ns string, nodes ...string) *podMaker {
+	t.Helper()
+	cs := kubernetes.NewForConfigOrDie(srv.Config())
+	ctx := context.Background()
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n},
+			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+		if _, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		_ = cs.CoreV1().Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{}, metav1.ListOptions{})
+		for _, n := range nodes {
+			_ = cs.CoreV1().Nodes().Delete(context.Background(), n, metav1.DeleteOptions{})
+		}
+	})
+	return &podMaker{cs: cs, ns: ns}
+}
+
+func (m *podMaker) pod(ctx context.Context, name, node string) (*corev1.Pod, error) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: m.ns, Name: name}, Spec: corev1.PodSpec{NodeName: node},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	return m.cs.CoreV1().Pods(m.ns).Create(ctx, p, metav1.CreateOptions{})
+}
+
+func (m *podMaker) remove(ctx context.Context, p *corev1.Pod) error {
+	err := m.cs.CoreV1().Pods(m.ns).Delete(ctx, p.Name, metav1.DeleteOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// --- Measuring -----------------------------------------------------------
+
+// cpuTime returns the CPU time (user and system) this process has used:
+// the API server's and etcd's, as the plugin and agents are processes of
+// their own.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// clientRequests counts the requests in after that are not in before, of
+// the API server's clients but itself and this test process.
+func clientRequests(before, after map[kubetest.Request]int64) int64 {
+	var n int64
+	for k, v := range after {
+		if k.Agent == "" || k.Agent == "kubetest" || strings.HasPrefix(k.Agent, "apiextensions-apiserver") || k.Verb == "watch" {
+			continue
+		}
+		n += v - before[k]
+	}
+	return n
+}
+
+// rssOf returns the resident memory of process pid, from /proc.
+func rssOf(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// sample collects the measures of one kind of call.
+type sample struct {
+	took     []time.Duration
+	cpu      time.Duration
+	requests int64
+}
+
+func (s *sample) add(took, cpu time.Duration, requests int64) {
+	s.took = append(s.took, took)
+	s.cpu += cpu
+	s.requests += requests
+}
+
+func (s *sample) median() time.Duration {
+	if len(s.took) == 0 {
+		return 0
+	}
+	d := slices.Clone(s.took)
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+// report reports the sample's median latency, API-server CPU and requests
+// per call, under names prefixed with what.
+func (s *sample) report(b *testing.B, what string) {
+	n := float64(len(s.took))
+	if n == 0 {
+		return
+	}
+	b.ReportMetric(float64(s.median().Microseconds())/1000, what+"-ms")
+	b.ReportMetric(float64(s.cpu.Microseconds())/1000/n, what+"-server-cpu-ms")
+	b.ReportMetric(float64(s.requests)/n, what+"-requests")
+}
+
+// parseCounts parses a comma-separated list of counts.
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%q: not a count", f)
+		}
+		if len(out) > 0 && n < out[len(out)-1] {
+			return nil, fmt.Errorf("%s: not ascending", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// BenchmarkClusterScale seeds the claims of -scale.claims, one count after
+// another on one server, and at each measures, per call: the plugin
+// (built with -tags kubernetes, exec'd as the runtime does) ADD and DEL
+// for a new pod in pool scale-000, their median latency (-ms), the CPU
+// the API server and etcd spent per call (-server-cpu-ms: this process's
+// CPU time over the calls, as the plugin is a process of its own) and the
+// API requests of the plugin (-requests, watches not counted).
+// -benchtime=20x gives 20 calls of each at each count. Compare the
+// figures of one run across counts; see benchmarks/README.md.
+func BenchmarkClusterScale(b *testing.B) {
+	counts, err := parseCounts(*scaleClaims)
+	if err != nil {
+		b.Fatalf("-scale.claims: %v", err)
+	}
+	emptyBackend(b)
+	writeScalePools(b)
+	dir := programs(b)
+	kubeconfig := kubeconfigFile(b)
+	pods := newPodMaker(b, "scale", "scale-node")
+	conf := scaleConf(kubeconfig, scalePool(0), "")
+	seeded := 0
+	var seq int
+	for _, n := range counts {
+		seedClaims(b, seeded, n)
+		seeded = n
+		b.Run(fmt.Sprintf("claims=%d", n), func(b *testing.B) {
+			var add, del sample
+			ctx := context.Background()
+			for b.Loop() {
+				b.StopTimer()
+				seq++
+				pod, err := pods.pod(ctx, fmt.Sprintf("bench-%d", seq), "scale-node")
+				if err != nil {
+					b.Fatal(err)
+				}
+				container := fmt.Sprint("c-", seq)
+				b.StartTimer()
+				for _, c := range []struct {
+					command string
+					s       *sample
+				}{{"ADD", &add}, {"DEL", &del}} {
+					req, cpu := srv.Requests(), cpuTime()
+					r := execPlugin(dir, c.command, container, pod, conf, 0)
+					cpuUsed, reqs := cpuTime()-cpu, clientRequests(req, srv.Requests())
+					if err := r.failed(); err != nil {
+						b.Fatalf("%s %s: %v", c.command, pod.Name, err)
+					}
+					c.s.add(r.took, cpuUsed, reqs)
+				}
+				b.StopTimer()
+				if err := pods.remove(ctx, pod); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			add.report(b, "add")
+			del.report(b, "del")
+		})
+	}
+}
