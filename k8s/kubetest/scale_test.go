@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipamkit/ipam/k8s/kubepools"
@@ -76,7 +77,7 @@ func writeScalePools(t testing.TB) {
 		for i := range scalePools {
 			net := fmt.Sprintf("10.%d.", 100+i)
 			applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", scalePool(i), map[string]any{
-				"ipVersion": int64(4), "subnet": net + "0.0/16", "ips": []any{net + "0.1-" + net + "255.254"}, "gateway": net + "255.254",
+				"ipVersion": int64(4), "subnet": net + "0.0/16", "ips": []any{net + "0.1-" + net + "255.253"}, "gateway": net + "255.254",
 			})
 		}
 	})
@@ -125,12 +126,27 @@ func seedClaims(t testing.TB, from, to int) {
 			t.Fatalf("seeding claims %d to %d: %d written: %v", r[0], r[1], n, err)
 		}
 	}
-	// A consistent list is served once the watch cache has caught up with
-	// etcd: then every seeded claim is served.
-	if _, err := newStore(t).Get(t.Context(), scalePool(0), netip.MustParseAddr("10.100.0.1")); err != nil && to > 0 {
+	settle(t)
+	t.Logf("seeded claims %d to %d in %s", from, to, time.Since(start).Round(time.Millisecond))
+}
+
+// settle returns when the API server serves what etcd holds (a consistent
+// list is served once the watch cache has caught up with etcd) and has
+// stopped working on it: when a second of this process's CPU time grows by
+// less than a tenth of a second.
+func settle(t testing.TB) {
+	t.Helper()
+	if _, err := newStore(t).List(t.Context(), scalePool(0)); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("seeded claims %d to %d in %s", from, to, time.Since(start).Round(time.Millisecond))
+	for range 60 {
+		before := cpuTime()
+		time.Sleep(time.Second)
+		if cpuTime()-before < 100*time.Millisecond {
+			return
+		}
+	}
+	t.Logf("the server still busy a minute after seeding")
 }
 
 // TestSeedMatchesStore seeds claims through etcd and creates the same
@@ -521,7 +537,7 @@ func BenchmarkClusterScale(b *testing.B) {
 					r := execPlugin(dir, c.command, container, pod, conf, 0)
 					cpuUsed, reqs := cpuTime()-cpu, clientRequests(req, srv.Requests())
 					if err := r.failed(); err != nil {
-						b.Fatalf("%s %s: %v", c.command, pod.Name, err)
+						b.Fatalf("%s %s: %v (stderr: %s)", c.command, pod.Name, err, r.stderr)
 					}
 					c.s.add(r.took, cpuUsed, reqs)
 				}
@@ -535,4 +551,319 @@ func BenchmarkClusterScale(b *testing.B) {
 			del.report(b, "del")
 		})
 	}
+}
+
+// --- The fault run ---------------------------------------------------------
+
+var (
+	faultClaims   = flag.Int("scale.fault.claims", 1000, "TestClusterFault: IPClaims seeded before the run (the issue's: 50000)")
+	faultDuration = flag.Duration("scale.fault.duration", 8*time.Second, "TestClusterFault: how long the nodes churn")
+	faultNodes    = flag.Int("scale.fault.nodes", 3, "TestClusterFault: nodes churning at once")
+)
+
+// faultLog counts what happened in a fault run.
+type faultLog struct {
+	mu                                  sync.Mutex
+	adds, dels, kills, retries, failed int
+	restarts                            int
+	errs                                map[string]int // failures by message prefix, for the log
+}
+
+func (l *faultLog) inc(p *int) {
+	l.mu.Lock()
+	*p++
+	l.mu.Unlock()
+}
+
+func (l *faultLog) failure(err error) {
+	msg := err.Error()
+	if len(msg) > 80 {
+		msg = msg[:80]
+	}
+	l.mu.Lock()
+	l.retries++
+	if l.errs == nil {
+		l.errs = map[string]int{}
+	}
+	l.errs[msg]++
+	l.mu.Unlock()
+}
+
+// livePod is a pod whose ADD succeeded and was not DELeted.
+type livePod struct {
+	pod       *corev1.Pod
+	container string // of the ADD that succeeded
+	ip        netip.Addr
+}
+
+// TestClusterFault churns ADD and DEL of pods on -scale.fault.nodes nodes
+// at once, in one pool, over -scale.fault.claims seeded claims, while the
+// plugin is killed (SIGKILL) in the middle of a quarter of its ADDs and
+// the API server is stopped and started again twice. As a runtime does, a
+// failed ADD is followed by a DEL of its container and tried again with a
+// new one, and a DEL that fails is repeated. At the end no address is held
+// twice (every claim's address once in the Store, and once among the
+// results of the pods alive), and no acknowledged claim is lost (every
+// pod alive still owns the address its ADD returned). It logs its counts.
+//
+// The default run takes some 20 seconds; the is
+// -scale.fault.claims=50000 -scale.fault.duration=2m.
+func TestClusterFault(t *testing.T) {
+	emptyBackend(t)
+	writeScalePools(t)
+	seedClaims(t, 0, *faultClaims)
+	dir := programs(t)
+	conf := scaleConf(kubeconfigFile(t), scalePool(0), "")
+	nodes := make([]string, *faultNodes)
+	for i := range nodes {
+		nodes[i] = fmt.Sprint("fault-node-", i)
+	}
+	pods := newPodMaker(t, "fault", nodes...)
+
+	var log faultLog
+	var mu sync.Mutex
+	alive := map[string]livePod{} // by pod name
+	deadline := time.Now().Add(*faultDuration)
+	// A call that keeps failing after the churn gives up this much later:
+	// the API server is then up, and nothing should fail.
+	giveUp := deadline.Add(2 * time.Minute)
+	ctx := t.Context()
+
+	// retry calls f until it succeeds or giveUp, counting failures.
+	retry := func(what string, f func() error) error {
+		for {
+			err := f()
+			if err == nil {
+				return nil
+			}
+			if time.Now().After(giveUp) {
+				return fmt.Errorf("%s: still failing: %w", what, err)
+			}
+			log.failure(err)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	add := func(pod *corev1.Pod, rnd *rand) (string, netip.Addr, error) {
+		for attempt := 0; ; attempt++ {
+			container := fmt.Sprintf("%s-%d", pod.Name, attempt)
+			var kill time.Duration
+			if rnd.intn(4) == 0 {
+				kill = time.Duration(5+rnd.intn(150)) * time.Millisecond
+			}
+			r := execPlugin(dir, "ADD", container, pod, conf, kill)
+			ip, err := r.addr()
+			if err == nil {
+				log.inc(&log.adds)
+				return container, ip, nil
+			}
+			if r.killed {
+				log.inc(&log.kills)
+			} else {
+				log.failure(err)
+			}
+			if time.Now().After(giveUp) {
+				return "", netip.Addr{}, fmt.Errorf("ADD %s: still failing: %w", pod.Name, err)
+			}
+			// The runtime tears the sandbox down: DEL, until it succeeds.
+			if err := retry("DEL after a failed ADD of "+pod.Name, func() error {
+				return execPlugin(dir, "DEL", container, pod, conf, 0).failed()
+			}); err != nil {
+				return "", netip.Addr{}, err
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, len(nodes))
+	for i, node := range nodes {
+		wg.Go(func() {
+			rnd := newRand(uint64(i + 1))
+			var mine []string
+			for seq := 0; time.Now().Before(deadline); seq++ {
+				if len(mine) < 3 || (len(mine) < 12 && rnd.intn(2) == 0) {
+					name := fmt.Sprintf("%s-pod-%d", node, seq)
+					var pod *corev1.Pod
+					if err := retry("creating pod "+name, func() (err error) {
+						pod, err = pods.pod(ctx, name, node)
+						if apierrors.IsAlreadyExists(err) {
+							pod, err = pods.cs.CoreV1().Pods(pods.ns).Get(ctx, name, metav1.GetOptions{})
+						}
+						return err
+					}); err != nil {
+						errs <- err
+						return
+					}
+					container, ip, err := add(pod, rnd)
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					alive[name] = livePod{pod, container, ip}
+					mu.Unlock()
+					mine = append(mine, name)
+					continue
+				}
+				j := rnd.intn(len(mine))
+				name := mine[j]
+				mine = slices.Delete(mine, j, j+1)
+				mu.Lock()
+				lp := alive[name]
+				delete(alive, name) // no longer acknowledged: its DEL starts
+				mu.Unlock()
+				if err := retry("DEL "+name, func() error {
+					return execPlugin(dir, "DEL", lp.container, lp.pod, conf, 0).failed()
+				}); err != nil {
+					errs <- err
+					return
+				}
+				log.inc(&log.dels)
+				if err := retry("deleting pod "+name, func() error { return pods.remove(ctx, lp.pod) }); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	// The API server stops and starts twice, a third and two thirds in.
+	wg.Go(func() {
+		for k := 1; k <= 2; k++ {
+			time.Sleep(time.Until(deadline.Add(-*faultDuration * time.Duration(3-k) / 3)))
+			if err := srv.StopAPI(); err != nil {
+				errs <- err
+				return
+			}
+			time.Sleep(time.Second)
+			if err := srv.StartAPI(); err != nil {
+				errs <- err
+				return
+			}
+			log.inc(&log.restarts)
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d nodes for %s over %d seeded claims: %d ADDs, %d DELs, %d plugins killed mid-ADD, %d API server restarts, %d calls failed and retried",
+		len(nodes), *faultDuration, *faultClaims, log.adds, log.dels, log.kills, log.restarts, log.retries)
+	for msg, n := range log.errs {
+		t.Logf("  %d× %s", n, msg)
+	}
+	checkClaims(t, alive)
+	emptyBackend(t)
+}
+
+// checkClaims checks the Store against the pods alive (see audit), fails
+// t on a problem, and logs the counts.
+func checkClaims(t *testing.T, alive map[string]livePod) {
+	t.Helper()
+	claims, err := newStore(t).ListAll(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := audit(claims, alive)
+	for _, p := range a.problems {
+		t.Error(p)
+	}
+	for _, l := range a.leaks {
+		t.Logf("leaked: %s", l)
+	}
+	t.Logf("at the end: %d claims, %d pods alive; %d addresses held twice, %d acknowledged claims lost, %d claims leaked",
+		len(claims), len(alive), a.twice, a.lost, len(a.leaks))
+}
+
+// auditResult is what audit found.
+type auditResult struct {
+	twice, lost int
+	problems    []string // the addresses held twice and the claims lost
+	leaks       []string // claims of churned pods not alive
+}
+
+// audit checks claims, every claim of the Store, against the pods alive:
+// every address claimed once, no address returned to two pods alive, every
+// pod alive the owner of the address its ADD returned. It also lists the
+// claims of churned pods (not seeded) that are not alive: leaked by a
+// killed ADD whose write landed after its DEL, which garbage collection
+// is for.
+func audit(claims []store.Claim, alive map[string]livePod) auditResult {
+	var a auditResult
+	byAddr := map[netip.Addr][]store.Claim{}
+	for _, c := range claims {
+		byAddr[c.IP] = append(byAddr[c.IP], c)
+	}
+	for ip, cs := range byAddr {
+		if len(cs) > 1 {
+			a.twice++
+			a.problems = append(a.problems, fmt.Sprintf("address %s held %d times: %v", ip, len(cs), cs))
+		}
+	}
+	aliveAt := map[netip.Addr]string{}
+	owners := map[string]bool{}
+	for name, lp := range alive {
+		owners[string(lp.pod.UID)] = true
+		if other, ok := aliveAt[lp.ip]; ok {
+			a.twice++
+			a.problems = append(a.problems, fmt.Sprintf("address %s returned to pods %s and %s, both alive", lp.ip, other, name))
+		}
+		aliveAt[lp.ip] = name
+		if cs := byAddr[lp.ip]; len(cs) == 0 || cs[0].Owner.UID != string(lp.pod.UID) {
+			a.lost++
+			a.problems = append(a.problems, fmt.Sprintf("pod %s (uid %s) was given %s and is alive, but the address's claims are %v", name, lp.pod.UID, lp.ip, cs))
+		}
+	}
+	for _, c := range claims {
+		if !strings.HasPrefix(c.Owner.UID, "seed-uid-") && !owners[c.Owner.UID] {
+			a.leaks = append(a.leaks, fmt.Sprintf("%s owned by %s", c.Key(), c.Owner))
+		}
+	}
+	return a
+}
+
+// TestAudit: audit finds an address claimed in two pools, an address
+// returned to two pods alive, a pod alive whose claim is gone or another's,
+// and a leaked claim.
+func TestAudit(t *testing.T) {
+	ip := netip.MustParseAddr
+	pod := func(uid string) *corev1.Pod { return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid)}} }
+	claim := func(pool, addr, uid string) store.Claim {
+		return store.Claim{Pool: pool, IP: ip(addr), Owner: store.Owner{UID: uid}}
+	}
+	good := []store.Claim{claim("a", "10.0.0.1", "u1"), claim("a", "10.0.0.2", "u2"), claim("a", "10.0.0.3", "seed-uid-3")}
+	alive := map[string]livePod{"p1": {pod("u1"), "c1", ip("10.0.0.1")}, "p2": {pod("u2"), "c2", ip("10.0.0.2")}}
+	if a := audit(good, alive); a.twice != 0 || a.lost != 0 || len(a.leaks) != 0 {
+		t.Errorf("a sound state: %+v, want nothing found", a)
+	}
+	for _, c := range []struct {
+		name        string
+		claims      []store.Claim
+		alive       map[string]livePod
+		twice, lost int
+		leaks       int
+	}{
+		{"an address in two pools", append(slices.Clone(good), claim("b", "10.0.0.1", "u9")), alive, 1, 0, 1},
+		{"one address to two pods alive", good, map[string]livePod{"p1": alive["p1"], "p2": {pod("u2"), "c2", ip("10.0.0.1")}}, 1, 1, 0},
+		{"a claim lost", good[1:], alive, 0, 1, 0},
+		{"a claim leaked", append(slices.Clone(good), claim("a", "10.0.0.9", "u9")), alive, 0, 0, 1},
+	} {
+		if a := audit(c.claims, c.alive); a.twice != c.twice || a.lost != c.lost || len(a.leaks) != c.leaks {
+			t.Errorf("%s: %d twice, %d lost, %d leaked; want %d, %d, %d", c.name, a.twice, a.lost, len(a.leaks), c.twice, c.lost, c.leaks)
+		}
+	}
+}
+
+// rand is a small deterministic generator (splitmix64), one per goroutine.
+type rand struct{ s uint64 }
+
+func newRand(seed uint64) *rand { return &rand{seed} }
+
+func (r *rand) intn(n int) int {
+	r.s += 0x9e3779b97f4a7c15
+	z := r.s
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return int(z % uint64(n))
 }
