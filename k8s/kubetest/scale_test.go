@@ -563,10 +563,10 @@ var (
 
 // faultLog counts what happened in a fault run.
 type faultLog struct {
-	mu                                  sync.Mutex
+	mu                                 sync.Mutex
 	adds, dels, kills, retries, failed int
-	restarts                            int
-	errs                                map[string]int // failures by message prefix, for the log
+	restarts                           int
+	errs                               map[string]int // failures by message prefix, for the log
 }
 
 func (l *faultLog) inc(p *int) {
