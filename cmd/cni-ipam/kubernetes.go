@@ -50,6 +50,13 @@ type kubernetesConfig struct {
 	// requests together, such as "10s"; empty means
 	// defaultKubernetesTimeout. STATUS waits at most statusTimeout.
 	Timeout string `json:"timeout"`
+	// Agent is the unix socket of the node agent ("cni-ipam agent",
+	// agent.go) that serves the calls; empty, each call reads the cluster
+	// itself. With an agent, the plugin forwards the call before it reads
+	// anything else of the section (agentclient.go), and the agent uses
+	// its own credentials and rate limits: kubeconfig, qps and burst are
+	// not used.
+	Agent string `json:"agent"`
 }
 
 // defaultKubernetesTimeout bounds the requests of one call to the API
@@ -145,7 +152,23 @@ func openKubernetes(ctx context.Context, raw json.RawMessage, warn io.Writer) (s
 type kubeCluster struct{ c *kubeclient.Client }
 
 func (k *kubeCluster) request(ctx context.Context, pod podArgs, containerID, ifname string, nc ipam.NetConf) (ipam.Request, error) {
-	p, err := k.c.Pod(ctx, pod.Namespace, pod.Name)
+	return podRequest(ctx, k.c, pod, containerID, ifname, nc)
+}
+
+// podReader reads the objects a pod's request is made of: a
+// *kubeclient.Client asks the API server, the agent its caches first. Each
+// returns nil and no error for an object that does not exist.
+type podReader interface {
+	Pod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	Namespace(ctx context.Context, name string) (*corev1.Namespace, error)
+	Node(ctx context.Context, name string) (*corev1.Node, error)
+}
+
+// podRequest returns the request of the pod that CNI_ARGS names, read with
+// r: its UID owns the claims; its labels and annotations, its namespace's
+// and its node's choose the pools.
+func podRequest(ctx context.Context, r podReader, pod podArgs, containerID, ifname string, nc ipam.NetConf) (ipam.Request, error) {
+	p, err := r.Pod(ctx, pod.Namespace, pod.Name)
 	switch {
 	case err != nil:
 		return ipam.Request{}, err
@@ -154,13 +177,13 @@ func (k *kubeCluster) request(ctx context.Context, pod podArgs, containerID, ifn
 	case pod.UID != "" && string(p.UID) != pod.UID:
 		return ipam.Request{}, fmt.Errorf("pod %s/%s has uid %s, not K8S_POD_UID %s: the pod was replaced", pod.Namespace, pod.Name, p.UID, pod.UID)
 	}
-	ns, err := k.c.Namespace(ctx, p.Namespace)
+	ns, err := r.Namespace(ctx, p.Namespace)
 	if err != nil {
 		return ipam.Request{}, err
 	}
 	var n *corev1.Node
 	if p.Spec.NodeName != "" {
-		if n, err = k.c.Node(ctx, p.Spec.NodeName); err != nil {
+		if n, err = r.Node(ctx, p.Spec.NodeName); err != nil {
 			return ipam.Request{}, err
 		}
 	}
@@ -184,9 +207,15 @@ func kubernetesStatus(raw json.RawMessage, limit time.Duration) error {
 	if err != nil {
 		return toCNI(nil, &codedError{types.ErrInvalidNetworkConfig, err})
 	}
+	return storeStatus(st, limit)
+}
+
+// storeStatus reports whether st answers within limit: a read of a claim
+// that does not exist. An error is code 50, plugin not available.
+func storeStatus(st store.Store, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	_, err = st.Get(ctx, "cni-ipam-status", netip.IPv4Unspecified())
+	_, err := st.Get(ctx, "cni-ipam-status", netip.IPv4Unspecified())
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return types.NewError(types.ErrPluginNotAvailable, err.Error(), "")
 	}

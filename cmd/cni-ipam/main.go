@@ -37,6 +37,11 @@ import (
 const maxStdin = 16 << 20
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "agent" {
+		// The node agent (agent.go). A runtime runs the plugin without
+		// arguments, so no CNI call comes here.
+		os.Exit(runAgent(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if os.Getenv("CNI_COMMAND") != "" {
 		// Without a command skel reads no stdin, which may be a terminal.
 		if err := limitStdin(maxStdin); err != nil {

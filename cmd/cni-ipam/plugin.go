@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,10 +36,34 @@ type plugin struct {
 	stdout  io.Writer
 	warn    io.Writer // notes for the runtime's log: stderr
 	timeout time.Duration
+	// kube, if set, gives the calls with an ipam.kubernetes section the
+	// long-lived store, allocator and cluster of the node agent (agent.go),
+	// which serves them; nil, each call opens its own (openKubernetes).
+	kube kubeSessions
 }
 
+// kubeSessions are what the node agent keeps for the calls it serves.
+type kubeSessions interface {
+	// session returns the store, allocator and cluster for the
+	// ipam.kubernetes section raw, or an error to answer the call with
+	// (code 11 while the agent's caches are not synced).
+	session(ctx context.Context, raw json.RawMessage) (store.Store, *ipam.Allocator, cluster, error)
+	// status answers STATUS: whether the agent is ready and the API server
+	// answers within limit.
+	status(raw json.RawMessage, limit time.Duration) error
+}
+
+// funcs returns the CNI commands; each forwards the call to the node agent
+// when the network config names one (ipam.kubernetes.agent, agentclient.go)
+// and this process is not the agent itself.
 func (p *plugin) funcs() skel.CNIFuncs {
-	return skel.CNIFuncs{Add: p.cmdAdd, Del: p.cmdDel, Check: p.cmdCheck, GC: p.cmdGC, Status: p.cmdStatus}
+	return skel.CNIFuncs{
+		Add:    p.via("ADD", p.cmdAdd),
+		Del:    p.via("DEL", p.cmdDel),
+		Check:  p.via("CHECK", p.cmdCheck),
+		GC:     p.via("GC", p.cmdGC),
+		Status: p.via("STATUS", p.cmdStatus),
+	}
 }
 
 // session is one invocation's configuration, store and allocator.
@@ -87,6 +112,7 @@ func (p *plugin) runChecked(args *skel.CmdArgs, check func(cfg *config) (done bo
 	var closer io.Closer
 	var pools ipam.PoolSource = cat
 	var cl cluster
+	var alloc *ipam.Allocator // the agent's, else one for this call
 	tooLate := func(err error) error { return err }
 	switch {
 	case cfg.Kubernetes != nil:
@@ -107,7 +133,11 @@ func (p *plugin) runChecked(args *skel.CmdArgs, check func(cfg *config) (done bo
 			return types.NewError(types.ErrTryAgainLater,
 				fmt.Sprintf("try again later: ipam.kubernetes: the API server did not answer within %s: %v", limit, err), "")
 		}
-		st, pools, cl, err = openKubernetes(ctx, cfg.Kubernetes, p.warn)
+		if p.kube != nil {
+			st, alloc, cl, err = p.kube.session(ctx, cfg.Kubernetes)
+		} else {
+			st, pools, cl, err = openKubernetes(ctx, cfg.Kubernetes, p.warn)
+		}
 		closer = io.NopCloser(nil)
 	case cfg.Etcd != nil:
 		st, closer, err = openEtcd(cfg.Etcd, cfg.Name)
@@ -131,9 +161,10 @@ func (p *plugin) runChecked(args *skel.CmdArgs, check func(cfg *config) (done bo
 		}
 		closer.Close()
 	}()
-	alloc, err := ipam.NewAllocator(ipam.Options{Pools: pools, Store: st})
-	if err != nil {
-		return toCNI(cfg, err)
+	if alloc == nil {
+		if alloc, err = ipam.NewAllocator(ipam.Options{Pools: pools, Store: st}); err != nil {
+			return toCNI(cfg, err)
+		}
 	}
 	if err := do(ctx, &session{cfg: cfg, store: st, alloc: alloc, cluster: cl}); err != nil {
 		return toCNI(cfg, tooLate(err))
@@ -499,6 +530,9 @@ func (p *plugin) cmdStatus(args *skel.CmdArgs) error {
 		return etcdStatus(cfg.Etcd, cfg.Name, cfg.Pools, p.timeout)
 	}
 	if cfg.Kubernetes != nil {
+		if p.kube != nil {
+			return p.kube.status(cfg.Kubernetes, p.timeout)
+		}
 		return kubernetesStatus(cfg.Kubernetes, p.timeout)
 	}
 	if err := usableDir(cfg.Dir()); err != nil {
