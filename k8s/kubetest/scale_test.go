@@ -107,12 +107,12 @@ func recordedClaims(t testing.TB, agent string, from, to int) []kubetest.Object 
 	return rec.Take()
 }
 
-// seedClaims seeds claims from to to-1 through etcd, and returns when the
+// seedScaleClaims seeds claims from to to-1 through etcd, and returns when the
 // API server serves them. The claim of each pool with the highest address
 // is written last, so that it is the newest: the pool's cursor (its newest
 // marked claim) then points past the seeded addresses, as it would had an
 // Allocator made them one after another.
-func seedClaims(t testing.TB, from, to int) {
+func seedScaleClaims(t testing.TB, from, to int) {
 	t.Helper()
 	if to <= from {
 		return
@@ -515,7 +515,7 @@ func BenchmarkClusterScale(b *testing.B) {
 	seeded := 0
 	var seq int
 	for _, n := range counts {
-		seedClaims(b, seeded, n)
+		seedScaleClaims(b, seeded, n)
 		seeded = n
 		b.Run(fmt.Sprintf("claims=%d", n), func(b *testing.B) {
 			var add, del sample
@@ -611,7 +611,7 @@ type livePod struct {
 func TestClusterFault(t *testing.T) {
 	emptyBackend(t)
 	writeScalePools(t)
-	seedClaims(t, 0, *faultClaims)
+	seedScaleClaims(t, 0, *faultClaims)
 	dir := programs(t)
 	conf := scaleConf(kubeconfigFile(t), scalePool(0), "")
 	nodes := make([]string, *faultNodes)
