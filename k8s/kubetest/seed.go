@@ -8,14 +8,17 @@ import (
 	"io"
 	"iter"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -40,23 +43,30 @@ type Object struct {
 	Operation string
 	// JSON is the body the client sent.
 	JSON []byte
+	// IfAbsent makes Seed skip the object if its key exists, rather than
+	// fail: for objects every writer makes alike, such as a marker.
+	IfAbsent bool
 }
 
 // Seed writes objects straight into etcd, under the keys the API server
 // keeps them at and in the form it stores them (JSON with a new uid, the
 // creation time, generation 1 for custom resources, and the managed
-// fields of the create), much faster than creating them through the API
-// (about 1,500 objects a second on two cores). The API server's watch
-// cache then receives them from etcd as it would any write. Each object is
-// created only if its key is free: Seed fails, having written some objects
-// perhaps, if one exists.
+// fields of the create), much faster than creating them through the API.
+// Each object is a transaction of its own, so it has a revision of its own
+// as after a create, written only if its key is free; they are written
+// several at a time, in no particular order. Seed fails, having written
+// some objects perhaps, if an object's key exists, unless the object is
+// IfAbsent. The API server's watch cache receives them from etcd as it
+// would any write; objects seeded while the API server is stopped
+// (StopAPI) it loads in one list when started again (StartAPI), which is
+// much faster for many.
 //
 // Seed is for tests of scale, where a cluster must hold many objects
 // before the test starts. It is as exact as the objects it is given:
 // build them with the client whose writes they stand for, through a
 // Recorder. The API server's admission, validation and defaulting do not
-// run: Seed writes objects only of the harness's kinds that have none (see
-// the package documentation), custom resources whose schema the objects
+// run: seed objects only of the harness's kinds that have none (see the
+// package documentation), custom resources whose schema the objects
 // already meet, and the built-in kinds. It returns how many objects it
 // wrote.
 func (s *Server) Seed(ctx context.Context, objs iter.Seq[Object]) (int, error) {
@@ -65,53 +75,39 @@ func (s *Server) Seed(ctx context.Context, objs iter.Seq[Object]) (int, error) {
 		return 0, fmt.Errorf("kubetest: seeding: %w", err)
 	}
 	defer c.Close()
-	// Batches of seedBatch creates, each a transaction that writes all of
-	// them if every key is free, seedWriters at a time.
-	const seedBatch, seedWriters = 100, 4
+	// One transaction per object, so that each has a revision of its own
+	// as a create through the API would (the watch cache moves on to a
+	// revision with its first event: a consistent read could see part of a
+	// transaction of several), seedWriters at a time.
+	const seedWriters = 16
 	now := time.Now().UTC().Truncate(time.Second)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(seedWriters)
-	var mu sync.Mutex
-	var written int
-	batch := make([]clientv3.Op, 0, seedBatch)
-	cmps := make([]clientv3.Cmp, 0, seedBatch)
-	flush := func() {
-		ops, cs := batch, cmps
-		batch, cmps = make([]clientv3.Op, 0, seedBatch), make([]clientv3.Cmp, 0, seedBatch)
-		g.Go(func() error {
-			resp, err := c.Txn(gctx).If(cs...).Then(ops...).Commit()
-			if err != nil {
-				return fmt.Errorf("kubetest: seeding: %w", err)
-			}
-			if !resp.Succeeded {
-				return fmt.Errorf("kubetest: seeding: an object of the batch after %d written exists already", written)
-			}
-			mu.Lock()
-			written += len(ops)
-			mu.Unlock()
-			return nil
-		})
-	}
+	var written atomic.Int64
 	for o := range objs {
 		key, val, err := storedForm(o, now)
 		if err != nil {
 			_ = g.Wait()
-			return written, err
+			return int(written.Load()), err
 		}
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
-		batch = append(batch, clientv3.OpPut(key, string(val)))
-		if len(batch) == seedBatch {
-			flush()
-		}
+		g.Go(func() error {
+			resp, err := c.Txn(gctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(val))).Commit()
+			switch {
+			case err != nil:
+				return fmt.Errorf("kubetest: seeding %s: %w", key, err)
+			case resp.Succeeded:
+				written.Add(1)
+			case !o.IfAbsent:
+				return fmt.Errorf("kubetest: seeding: %s exists already", key)
+			}
+			return nil
+		})
 		if gctx.Err() != nil {
 			break
 		}
 	}
-	if len(batch) > 0 {
-		flush()
-	}
 	err = g.Wait()
-	return written, err
+	return int(written.Load()), err
 }
 
 // builtinResources are the kinds of builtin.go, stored as custom resources
@@ -218,20 +214,31 @@ func managedFields(obj map[string]any) (any, error) {
 	return out, err
 }
 
-// Recorder is a client endpoint that answers creates without a server, and
-// keeps what was sent, for Seed: a client made from its Config (a kubestore
-// Store, a clientset) writes objects as it would to a cluster, and Take
-// returns them. A POST is answered 201 with the object, given
-// resourceVersion "1" and a uid; a server-side apply (PATCH
-// application/apply-patch+yaml in JSON) likewise. Any other request is
-// answered 501, so that a client that reads before it writes is seen to
-// need more than a Recorder.
+// Recorder is a client endpoint that stands for an empty cluster in
+// memory, for Seed: a client made from its Config (a kubestore Store, a
+// clientset) writes objects as it would to a cluster, and Take returns
+// them as they ended up. It serves creates (POST, 409 if the name is
+// taken), reads by name (404 for an object not written), lists (every
+// object of the resource written, selectors ignored), updates (PUT, 409 if
+// the resourceVersion is not the object's), server-side applies and
+// deletes (with a resourceVersion precondition); each write gets the next
+// resourceVersion and a uid. A watch, or any other request, is answered
+// 501, so that a client that needs more is seen to.
 //
 // A Recorder is safe for concurrent use by multiple goroutines. The zero
 // Recorder is ready to use.
 type Recorder struct {
-	mu   sync.Mutex
-	objs []Object
+	mu    sync.Mutex
+	rev   int64
+	objs  map[string]*recorded // by path of the object
+	order []string             // paths, in the order first written
+}
+
+// recorded is an object a Recorder holds.
+type recorded struct {
+	obj     Object
+	body    map[string]any
+	deleted bool
 }
 
 // recorderHost is the host of a Recorder's Config, which is never dialled.
@@ -243,14 +250,19 @@ func (r *Recorder) Config(agent string) *rest.Config {
 	return &rest.Config{Host: "https://" + recorderHost, Transport: r, UserAgent: agent, QPS: -1}
 }
 
-// Take returns the objects recorded since the last Take, in the order they
-// were sent, and forgets them.
+// Take returns the objects r holds, in the order they were first written,
+// and forgets them.
 func (r *Recorder) Take() []Object {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	objs := r.objs
-	r.objs = nil
-	return objs
+	var out []Object
+	for _, p := range r.order {
+		if o := r.objs[p]; !o.deleted {
+			out = append(out, o.obj)
+		}
+	}
+	r.objs, r.order = nil, nil
+	return out
 }
 
 // RoundTrip answers one request; see Recorder.
@@ -259,47 +271,112 @@ func (r *Recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	op := ""
-	switch {
-	case req.Method == http.MethodPost:
-		op = "Update"
-	case req.Method == http.MethodPatch && strings.HasPrefix(req.Header.Get("Content-Type"), "application/apply-patch"):
-		op = "Apply"
-	default:
-		return recorderStatus(req, http.StatusNotImplemented,
-			fmt.Sprintf("kubetest.Recorder answers creates only, not %s %s", req.Method, req.URL.Path)), nil
-	}
-	gr, ns, err := resourceOf(req.URL.Path)
+	gr, ns, name, err := resourceOf(req.URL.Path)
 	if err != nil {
-		return recorderStatus(req, http.StatusBadRequest, err.Error()), nil
-	}
-	var obj map[string]any
-	if err := json.Unmarshal(body, &obj); err != nil {
-		return recorderStatus(req, http.StatusBadRequest, fmt.Sprintf("kubetest.Recorder: body of %s %s: %v", req.Method, req.URL.Path, err)), nil
+		return recorderStatus(req, apierrors.NewBadRequest(err.Error())), nil
 	}
 	agent := req.Header.Get("User-Agent")
-	if i := strings.IndexByte(agent, '/'); i >= 0 {
+	if i := strings.IndexAny(agent, "/ "); i >= 0 {
 		agent = agent[:i]
 	}
 	r.mu.Lock()
-	r.objs = append(r.objs, Object{Resource: gr, Namespace: ns, Manager: agent, Operation: op, JSON: body})
-	r.mu.Unlock()
-	meta, _ := obj["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		obj["metadata"] = meta
+	defer r.mu.Unlock()
+	if r.objs == nil {
+		r.objs = map[string]*recorded{}
 	}
-	meta["resourceVersion"] = "1"
-	meta["uid"] = uuid.New().String()
-	out, err := json.Marshal(obj)
-	if err != nil {
-		return nil, err
+	collection := strings.TrimSuffix(req.URL.Path, "/"+name)
+	switch {
+	case req.Method == http.MethodGet && req.URL.Query().Get("watch") == "true":
+	case req.Method == http.MethodGet && name == "":
+		items := []any{}
+		for _, p := range r.order {
+			if o := r.objs[p]; !o.deleted && o.obj.Resource == gr && (ns == "" || o.obj.Namespace == ns) {
+				items = append(items, o.body)
+			}
+		}
+		return recorderJSON(req, http.StatusOK, map[string]any{"apiVersion": "v1", "kind": "List",
+			"metadata": map[string]any{"resourceVersion": strconv.FormatInt(r.rev, 10)}, "items": items})
+	case req.Method == http.MethodGet:
+		if o := r.objs[req.URL.Path]; o != nil && !o.deleted {
+			return recorderJSON(req, http.StatusOK, o.body)
+		}
+		return recorderStatus(req, apierrors.NewNotFound(gr, name)), nil
+	case req.Method == http.MethodPost && name == "",
+		req.Method == http.MethodPut && name != "",
+		req.Method == http.MethodPatch && name != "" && strings.HasPrefix(req.Header.Get("Content-Type"), "application/apply-patch"):
+		var obj map[string]any
+		if err := json.Unmarshal(body, &obj); err != nil {
+			return recorderStatus(req, apierrors.NewBadRequest(fmt.Sprintf("body of %s %s: %v", req.Method, req.URL.Path, err))), nil
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		if meta == nil {
+			meta = map[string]any{}
+			obj["metadata"] = meta
+		}
+		if name == "" {
+			name, _ = meta["name"].(string)
+		}
+		path := collection + "/" + name
+		cur := r.objs[path]
+		exists := cur != nil && !cur.deleted
+		code := http.StatusOK
+		op := "Update"
+		switch req.Method {
+		case http.MethodPost:
+			if exists {
+				return recorderStatus(req, apierrors.NewAlreadyExists(gr, name)), nil
+			}
+			code = http.StatusCreated
+		case http.MethodPut:
+			if !exists {
+				return recorderStatus(req, apierrors.NewNotFound(gr, name)), nil
+			}
+			if rv, _ := meta["resourceVersion"].(string); rv != "" && rv != cur.body["metadata"].(map[string]any)["resourceVersion"] {
+				return recorderStatus(req, apierrors.NewConflict(gr, name, fmt.Errorf("the object has been modified"))), nil
+			}
+		default:
+			op = "Apply"
+			if !exists {
+				code = http.StatusCreated
+			}
+		}
+		r.rev++
+		meta["name"] = name
+		meta["resourceVersion"] = strconv.FormatInt(r.rev, 10)
+		if exists {
+			meta["uid"] = cur.body["metadata"].(map[string]any)["uid"]
+		} else {
+			meta["uid"] = uuid.New().String()
+		}
+		out, err := json.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		if cur == nil {
+			r.order = append(r.order, path)
+		}
+		r.objs[path] = &recorded{obj: Object{Resource: gr, Namespace: ns, Manager: agent, Operation: op, JSON: out}, body: obj}
+		return recorderResponse(req, code, out), nil
+	case req.Method == http.MethodDelete && name != "":
+		cur := r.objs[req.URL.Path]
+		if cur == nil || cur.deleted {
+			return recorderStatus(req, apierrors.NewNotFound(gr, name)), nil
+		}
+		var opts metav1.DeleteOptions
+		if len(body) > 0 {
+			if err := json.Unmarshal(body, &opts); err != nil {
+				return recorderStatus(req, apierrors.NewBadRequest(err.Error())), nil
+			}
+		}
+		curMeta := cur.body["metadata"].(map[string]any)
+		if pre := opts.Preconditions; pre != nil && (pre.ResourceVersion != nil && *pre.ResourceVersion != curMeta["resourceVersion"] ||
+			pre.UID != nil && string(*pre.UID) != curMeta["uid"]) {
+			return recorderStatus(req, apierrors.NewConflict(gr, name, fmt.Errorf("precondition failed"))), nil
+		}
+		cur.deleted = true
+		return recorderJSON(req, http.StatusOK, cur.body)
 	}
-	status := http.StatusCreated
-	if op == "Apply" {
-		status = http.StatusOK
-	}
-	return recorderResponse(req, status, out), nil
+	return recorderStatus(req, apierrors.NewMethodNotSupported(gr, req.Method+" (kubetest.Recorder)")), nil
 }
 
 func readBody(req *http.Request) ([]byte, error) {
@@ -312,9 +389,8 @@ func readBody(req *http.Request) ([]byte, error) {
 
 // resourceOf parses a resource path: /api/v1/[namespaces/NS/]RESOURCE[/NAME]
 // or /apis/GROUP/VERSION/[namespaces/NS/]RESOURCE[/NAME].
-func resourceOf(path string) (schema.GroupResource, string, error) {
+func resourceOf(path string) (gr schema.GroupResource, ns, name string, err error) {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
-	var gr schema.GroupResource
 	switch {
 	case len(parts) >= 3 && parts[0] == "api":
 		parts = parts[2:]
@@ -322,22 +398,35 @@ func resourceOf(path string) (schema.GroupResource, string, error) {
 		gr.Group = parts[1]
 		parts = parts[3:]
 	default:
-		return gr, "", fmt.Errorf("kubetest.Recorder: %s is not a resource path", path)
+		return gr, "", "", fmt.Errorf("kubetest.Recorder: %s is not a resource path", path)
 	}
-	ns := ""
 	if len(parts) >= 3 && parts[0] == "namespaces" {
 		ns, parts = parts[1], parts[2:]
 	}
 	gr.Resource = parts[0]
-	return gr, ns, nil
+	switch len(parts) {
+	case 1:
+	case 2:
+		name = parts[1]
+	default:
+		return gr, "", "", fmt.Errorf("kubetest.Recorder: %s: subresources are not served", path)
+	}
+	return gr, ns, name, nil
 }
 
-func recorderStatus(req *http.Request, code int, msg string) *http.Response {
-	b, _ := json.Marshal(&metav1.Status{
-		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
-		Status:   metav1.StatusFailure, Message: msg, Code: int32(code),
-	})
-	return recorderResponse(req, code, b)
+func recorderStatus(req *http.Request, err *apierrors.StatusError) *http.Response {
+	st := err.ErrStatus
+	st.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}
+	b, _ := json.Marshal(&st)
+	return recorderResponse(req, int(st.Code), b)
+}
+
+func recorderJSON(req *http.Request, code int, v any) (*http.Response, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return recorderResponse(req, code, b), nil
 }
 
 func recorderResponse(req *http.Request, code int, body []byte) *http.Response {
