@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,6 +199,48 @@ var stripped = fieldpath.NewSet(
 // deduces the type (maps of fields, atomic lists), less the metadata it
 // strips.
 func managedFields(obj map[string]any) (any, error) {
+	var key strings.Builder
+	shape(&key, obj)
+	if f, ok := fieldsByShape.Load(key.String()); ok {
+		return f, nil
+	}
+	f, err := fieldsOf(obj)
+	if err == nil {
+		fieldsByShape.Store(key.String(), f)
+	}
+	return f, err
+}
+
+// fieldsByShape caches managedFields by the shape of the object: objects
+// with the same fields have the same managed fields, and working them out
+// takes longer than writing the object.
+var fieldsByShape sync.Map
+
+// shape writes v's fields, without the values of its scalars.
+func shape(b *strings.Builder, v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		b.WriteByte('{')
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			b.WriteString(strconv.Quote(k))
+			b.WriteByte(':')
+			shape(b, v[k])
+		}
+		b.WriteByte('}')
+	case []any:
+		b.WriteByte('[')
+		for _, x := range v {
+			shape(b, x)
+			b.WriteByte(',')
+		}
+		b.WriteByte(']')
+	default:
+		b.WriteByte('.')
+	}
+}
+
+// fieldsOf works out managedFields.
+func fieldsOf(obj map[string]any) (any, error) {
 	tv, err := typed.DeducedParseableType.FromUnstructured(obj)
 	if err != nil {
 		return nil, err
