@@ -705,7 +705,7 @@ type livePod struct {
 // (SIGKILL) in the middle of a quarter of its ADDs, and through an agent
 // per node (agent), agents killed (SIGKILL) while an ADD of their node is
 // in flight and started again. In both the API server is stopped and
-// started again twice. As a runtime does, a failed ADD is followed by a
+// started again, once in the default run and every 20 s in a longer one. As a runtime does, a failed ADD is followed by a
 // DEL of its container and tried again with a new one, and a DEL that
 // fails is repeated. At the end no address is held twice (every claim's
 // address once in the Store, and once among the results of the pods
@@ -859,16 +859,18 @@ func faultRun(t *testing.T, agents bool) {
 			}
 		})
 	}
-	// The faults, from this goroutine: the API server stopped for a second
-	// at 2/6 and 4/6 of the run; with agents, at 1/6, 3/6 and 5/6 one
-	// node's agent killed while an ADD of its node is in flight, and
+	// The faults, from this goroutine, at slots evenly spread over the
+	// run, one every 5 s and at least 5: every fourth slot the API server
+	// stopped for a second and started again; with agents, at the others,
+	// one node's agent killed while an ADD of its node is in flight, and
 	// started again.
 	rnd := newRand(99)
 	start := time.Now()
-	for k := 1; k <= 5; k++ {
-		time.Sleep(time.Until(start.Add(*faultDuration * time.Duration(k) / 6)))
+	slots := max(5, int(*faultDuration/(5*time.Second)))
+	for k := 1; k <= slots; k++ {
+		time.Sleep(time.Until(start.Add(*faultDuration * time.Duration(k) / time.Duration(slots+1))))
 		switch {
-		case k%2 == 0:
+		case k%4 == 0:
 			if err := srv.StopAPI(); err != nil {
 				t.Fatal(err)
 			}
