@@ -129,7 +129,7 @@ func TestManifests(t *testing.T) {
 		b()
 	}
 	slices.Sort(crds)
-	if want := []string{"ipclaims.ipam.ipamkit.io", "ipcursors.ipam.ipamkit.io"}; !slices.Equal(crds, want) {
+	if want := []string{"ipclaims.ipam.ipamkit.io", "ipcursors.ipam.ipamkit.io", "ipowners.ipam.ipamkit.io"}; !slices.Equal(crds, want) {
 		t.Errorf("CRDs %v, want %v", crds, want)
 	}
 	if ds == nil {

@@ -146,7 +146,11 @@ type Store interface {
 	List(ctx context.Context, pool string) ([]Claim, error)
 	// Create stores c if no claim exists for (c.Pool, c.IP), atomically, and
 	// returns it with its new Revision. It returns ErrExists if the address is
-	// already claimed, whoever holds it.
+	// already claimed, whoever holds it. A Store may claim an address in one
+	// pool at a time, across pools (k8s/kubestore, whose objects are named
+	// by address): it then returns ErrExists too while another pool holds
+	// the address, and Get, Update and Delete in the other pool find no
+	// claim (storetest's Config.AddressesUnique).
 	Create(ctx context.Context, c Claim) (Claim, error)
 	// Update replaces the claim for (c.Pool, c.IP) with c if its current revision
 	// is rev, and returns it with its new Revision. It returns ErrNotFound if

@@ -145,11 +145,16 @@ func openKubernetes(ctx context.Context, raw json.RawMessage, warn io.Writer) (s
 	if err != nil {
 		return nil, nil, nil, &codedError{types.ErrInvalidNetworkConfig, err}
 	}
-	return st, pools, &kubeCluster{c}, nil
+	return st, pools, &kubeCluster{c, st}, nil
 }
 
 // kubeCluster reads pods from a cluster.
-type kubeCluster struct{ c *kubeclient.Client }
+type kubeCluster struct {
+	c *kubeclient.Client
+	// st is the call's Store: told the pod's node, whose round-robin
+	// cursors it then uses (kubestore.Options.Node).
+	st *kubestore.Store
+}
 
 func (k *kubeCluster) request(ctx context.Context, pod podArgs, containerID, ifname string, nc ipam.NetConf) (ipam.Request, error) {
 	return podRequest(ctx, k.c, pod, containerID, ifname, nc)
@@ -186,6 +191,7 @@ func podRequest(ctx context.Context, r podReader, pod podArgs, containerID, ifna
 		if n, err = r.Node(ctx, p.Spec.NodeName); err != nil {
 			return ipam.Request{}, err
 		}
+		k.st.SetNode(p.Spec.NodeName)
 	}
 	req := k8s.Request(p, ns, n, ipam.NIC{Name: ifname})
 	req.ContainerID = containerID

@@ -349,7 +349,7 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 	return p.run(args, func(ctx context.Context, s *session) error {
 		owner := store.Owner{ContainerID: args.ContainerID, Interface: args.IfName}
 		if s.cluster != nil {
-			return releaseUnstable(ctx, s, owner)
+			return releaseUnstable(ctx, s, owner, s.cfg.Pod.UID)
 		}
 		if s.cfg.PrevResult != nil {
 			done, err := releaseListed(ctx, s, owner)
@@ -361,17 +361,29 @@ func (p *plugin) cmdDel(args *skel.CmdArgs) error {
 	})
 }
 
-// releaseUnstable releases what owner holds in a cluster, but for the
-// claims of a StatefulSet's pod, which its next incarnation takes over: the
-// garbage collector (k8s/kubegc) releases those once the pod is no longer a
-// valid member. Each claim is released at the revision it was read at.
-func releaseUnstable(ctx context.Context, s *session, owner store.Owner) error {
-	held, err := s.alloc.Lookup(ctx, owner)
+// releaseUnstable releases what owner (a container ID and interface) holds
+// in a cluster, but for the claims of a StatefulSet's pod, which its next
+// incarnation takes over: the garbage collector (k8s/kubegc) releases those
+// once the pod is no longer a valid member. Each claim is released at the
+// revision it was read at.
+//
+// With the pod's UID (CNI_ARGS K8S_POD_UID, which containerd and CRI-O
+// send), the claims are found by it, and only those of owner's container
+// are released (a sandbox recreated for the same pod keeps its claims): on
+// the Kubernetes store a UID's claims are read by name, at a cost that does
+// not grow with the cluster's claims, where a container ID's are a
+// label-selector list of every claim.
+func releaseUnstable(ctx context.Context, s *session, owner store.Owner, uid string) error {
+	find := owner
+	if uid != "" {
+		find = store.Owner{UID: uid, Interface: owner.Interface}
+	}
+	held, err := s.alloc.Lookup(ctx, find)
 	if err != nil {
 		return err
 	}
 	for _, c := range held {
-		if c.Owner.Stable {
+		if c.Owner.Stable || c.Owner.ContainerID != owner.ContainerID {
 			continue
 		}
 		if err := s.alloc.ReleaseClaim(ctx, c); err != nil && !errors.Is(err, ipam.ErrNotFound) && !errors.Is(err, ipam.ErrConflict) {

@@ -87,6 +87,9 @@ commands:
             (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
   who       who holds an address, in which pool
             ADDRESS (-f FILE... | CLUSTER | --cni-config FILE [--state-dir DIR]) [-o table|json]
+  kube      kube migrate: move IPClaims named by pool and address (before
+            claims were named by address) to this version's layout
+            CLUSTER
   version   the version of ipamctl
 
 FILE is YAML or JSON, one or more documents, or a List as kubectl prints it;
@@ -138,6 +141,8 @@ func runProg(ctx context.Context, prog string, args []string, stdin io.Reader, s
 		return runPools(ctx, args[1:], in, stdout, stderr, clock)
 	case "who":
 		return runWho(ctx, args[1:], in, stdout, stderr, clock)
+	case "kube":
+		return runKube(ctx, args[1:], in, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "ipamctl %s\n", buildinfo.Version())
 		return exitOK

@@ -292,6 +292,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"gc", "-f", "testdata/gc.yaml", "--now", "noon"}, exitUsage, "want an RFC 3339 time"},
 		{[]string{"explain", "-f", "testdata/cluster.yaml", "--cni-config", "testdata/cluster.yaml"}, exitProblem, "--cni-config"},
 		{[]string{"validate", "-h"}, exitOK, "-f file"},
+		{[]string{"kube"}, exitUsage, "usage: ipamctl kube migrate"},
+		{[]string{"kube", "migrate", "-f", "testdata/cluster.yaml"}, exitUsage, "needs a cluster"},
 	}
 	for _, tt := range tests {
 		_, stderr, code := runCmd(t, tt.args...)

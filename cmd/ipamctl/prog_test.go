@@ -59,7 +59,7 @@ func TestUsageListsCommands(t *testing.T) {
 			listed = append(listed, f[0])
 		}
 	}
-	want := []string{"explain", "validate", "gc", "plan", "pools", "who", "version"}
+	want := []string{"explain", "validate", "gc", "plan", "pools", "who", "kube", "version"}
 	if strings.Join(listed, " ") != strings.Join(want, " ") {
 		t.Errorf("usage lists %q, want %q", listed, want)
 	}

@@ -3,7 +3,6 @@ package kubestore
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 
@@ -13,7 +12,8 @@ import (
 	"github.com/ipamkit/ipam/store"
 )
 
-// cursorObject is an IPCursor: where SetCursor last put a pool's cursor.
+// cursorObject is an IPCursor: where SetCursor last put a pool's cursor
+// (on one node, with Options.Node).
 type cursorObject struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
@@ -22,31 +22,49 @@ type cursorObject struct {
 
 type cursorSpec struct {
 	Pool string `json:"pool"`
+	Node string `json:"node,omitempty"`
 	IP   string `json:"ip"`
 }
 
 // fieldManager names the Store in the objects' managedFields.
 const fieldManager = "ipamkit-kubestore"
 
-// cursorName is the name of pool's IPCursor: the pool's name, or its hash as
-// in ClaimName.
-func cursorName(pool string) string {
-	if isDNSSubdomain(pool) {
-		return pool
+// cursorName is the name of the IPCursor of pool on node (empty: the
+// pool's own): the pool's name, or its hash when it is not a DNS-1123
+// subdomain, followed by "." and the node's name; the hash of both when
+// that is no name or too long.
+func cursorName(pool, node string) string {
+	p := pool
+	if !isDNSSubdomain(p) {
+		p = hash(pool)
 	}
-	return hash(pool)
+	if node == "" {
+		return p
+	}
+	if n := p + "." + node; isDNSSubdomain(n) {
+		return n
+	}
+	return hash(pool + "/" + node)
 }
 
-// CreateAndSetCursor creates c as Create does, marked with LabelCursor:
-// that mark is the cursor, so moving it costs no request of its own, and no
-// object is written by every allocation in a pool. See Cursor.
+// CreateAndSetCursor creates c as Create does and, if it did, records c.IP
+// as the cursor of c's pool as SetCursor does (a failure to, a hint's, is
+// logged).
 func (s *Store) CreateAndSetCursor(ctx context.Context, c store.Claim) (store.Claim, error) {
-	return s.create(ctx, c, true)
+	c, err := s.Create(ctx, c)
+	if err != nil {
+		return c, err
+	}
+	if err := s.SetCursor(ctx, c.Pool, c.IP); err != nil {
+		s.log.Warn("kubestore: cannot record the last reserved address", "pool", c.Pool, "ip", c.IP, "err", err)
+	}
+	return c, nil
 }
 
-// SetCursor records ip as pool's cursor in the pool's IPCursor object (a
-// server-side apply, which creates it if needed). Allocators that find
-// CreateAndSetCursor do not call it for each claim.
+// SetCursor records ip as pool's cursor in the IPCursor object of the pool
+// and this Store's node (Options.Node), a server-side apply, which creates
+// it if needed. With a node, each node has a cursor of its own per pool, so
+// that no object is written by the allocations of every node.
 func (s *Store) SetCursor(ctx context.Context, pool string, ip netip.Addr) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("kubestore: set cursor of %s: %w", pool, err)
@@ -54,11 +72,11 @@ func (s *Store) SetCursor(ctx context.Context, pool string, ip netip.Addr) error
 	if !ip.IsValid() {
 		return fmt.Errorf("kubestore: set cursor of %s: %w", pool, errNoName)
 	}
-	name := cursorName(pool)
+	name := cursorName(pool, s.nodeName())
 	body, err := json.Marshal(&cursorObject{
 		TypeMeta:   metav1.TypeMeta{APIVersion: groupAPIVersion, Kind: cursorKind},
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       cursorSpec{Pool: pool, IP: ip.String()},
+		Spec:       cursorSpec{Pool: pool, Node: s.nodeName(), IP: ip.String()},
 	})
 	if err != nil {
 		return fmt.Errorf("kubestore: set cursor of %s: %w", pool, err)
@@ -71,56 +89,31 @@ func (s *Store) SetCursor(ctx context.Context, pool string, ip netip.Addr) error
 	return nil
 }
 
-// Cursor returns pool's cursor: the address of whichever was written last,
-// the pool's IPCursor (SetCursor) or the newest claim of the pool that
-// CreateAndSetCursor made and nobody has updated since (an Update drops
-// the mark, so that re-pointing an old claim does not move the cursor
-// back). A deleted claim no longer counts: after its address is released,
-// the cursor falls back to the claim marked before it.
-//
-// Both are read consistently: Cursor reflects every completed write. It
-// costs a Get and a list of the pool's marked claims, which, like List, grows
-// with the pool; an Allocator asks for it when it first loads a pool.
+// Cursor returns pool's cursor on this Store's node (Options.Node): the
+// address SetCursor or CreateAndSetCursor last recorded there, or the zero
+// Addr. It is a GET of one IPCursor, whatever the number of claims.
 func (s *Store) Cursor(ctx context.Context, pool string) (netip.Addr, error) {
 	if err := ctx.Err(); err != nil {
 		return netip.Addr{}, fmt.Errorf("kubestore: cursor of %s: %w", pool, err)
 	}
-	var best netip.Addr
-	var bestRev int64
-	name := cursorName(pool)
+	name := cursorName(pool, s.nodeName())
 	raw, err := s.do(ctx, s.client.Get().Resource(CursorResource).Name(name))
 	switch {
-	case err == nil:
-		o := &cursorObject{}
-		if err := json.Unmarshal(raw, o); err != nil {
-			return netip.Addr{}, &CorruptError{Name: name, Field: "(object)", Value: truncate(string(raw)), Reason: err.Error()}
-		}
-		rev, ok := parseRevision(o.ResourceVersion)
-		ip, err := netip.ParseAddr(o.Spec.IP)
-		switch {
-		case !ok:
-			return netip.Addr{}, &CorruptError{Name: name, Field: "metadata.resourceVersion", Value: o.ResourceVersion, Reason: "not a positive decimal integer"}
-		case err != nil:
-			return netip.Addr{}, &CorruptError{Name: name, Field: "spec.ip", Value: o.Spec.IP, Reason: "not an IP address"}
-		case o.Spec.Pool == pool:
-			best, bestRev = ip, rev
-		}
-	case !isObjectNotFound(err, name):
-		return netip.Addr{}, s.fail(ctx, "cursor of", pool, "", err)
-	}
-	marked, err := s.listClaims(ctx, LabelPool+"="+labelValue(pool)+","+LabelCursor+"=true",
-		func(c store.Claim) bool { return c.Pool == pool })
-	switch {
-	case errors.Is(err, store.ErrCorrupt):
-		// Unreadable marked claims lose a hint, nothing else.
-		s.log.Warn("kubestore: claims skipped while reading a cursor", "pool", pool, "err", err)
+	case isObjectNotFound(err, name):
+		return netip.Addr{}, nil
 	case err != nil:
 		return netip.Addr{}, s.fail(ctx, "cursor of", pool, "", err)
 	}
-	for _, c := range marked {
-		if c.Revision > bestRev {
-			best, bestRev = c.IP, c.Revision
-		}
+	o := &cursorObject{}
+	if err := json.Unmarshal(raw, o); err != nil {
+		return netip.Addr{}, &CorruptError{Name: name, Field: "(object)", Value: truncate(string(raw)), Reason: err.Error()}
 	}
-	return best, nil
+	ip, err := netip.ParseAddr(o.Spec.IP)
+	switch {
+	case err != nil:
+		return netip.Addr{}, &CorruptError{Name: name, Field: "spec.ip", Value: o.Spec.IP, Reason: "not an IP address"}
+	case o.Spec.Pool != pool || o.Spec.Node != s.nodeName():
+		return netip.Addr{}, nil // another pool's or node's, by a hash collision
+	}
+	return ip, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,6 +53,11 @@ type Options struct {
 	// because they are no valid claims, and the Watch's reconnections.
 	// Nil discards them.
 	Logger *slog.Logger
+	// Node, when set, is the name of the node the Store allocates for: the
+	// round-robin cursors are then per pool and node (an IPCursor named
+	// from both), so that no object is written by the allocations of every
+	// node. Empty means one cursor per pool.
+	Node string
 }
 
 // Store is a store.Store on IPClaim custom resources; see the package
@@ -62,8 +68,10 @@ type Options struct {
 type Store struct {
 	client *rest.RESTClient
 	log    *slog.Logger
-	uids   uidCache
-	view   view // what a running Watch reported, for OwnedAtLeast
+	node   atomic.Pointer[string] // Options.Node, or SetNode's
+	seen   seenCache              // the claims this Store read or wrote, by name
+	index  indexMemo              // the owner indexes it read or wrote, by name
+	layout layoutCheck
 }
 
 // codecs decode the API server's Status objects, which client-go turns into
@@ -77,11 +85,10 @@ var codecs = func() serializer.CodecFactory {
 
 // New returns a Store that talks to the API server cfg names. It copies cfg
 // and keeps its rate limits: client-go's default, when cfg.QPS and
-// cfg.Burst are zero, is 5 requests per second with bursts of 10, which
-// allows about 1.7 allocations per second after the burst (an allocation
-// makes three requests, see the package documentation). Set cfg.QPS and
-// cfg.Burst to what the API server can give this client, or cfg.QPS to -1
-// for no client-side limit.
+// cfg.Burst are zero, is 5 requests per second with bursts of 10, below
+// what one allocation makes (about 7 requests per address, see the package
+// documentation). Set cfg.QPS and cfg.Burst to what the API server can
+// give this client, or cfg.QPS to -1 for no client-side limit.
 //
 // New does not contact the server.
 func New(cfg *rest.Config, opts Options) (*Store, error) {
@@ -105,36 +112,62 @@ func New(cfg *rest.Config, opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{client: client, log: log}, nil
+	s := &Store{client: client, log: log}
+	s.node.Store(&opts.Node)
+	return s, nil
 }
 
+// SetNode sets the node whose cursors the Store reads and writes from now
+// on, as Options.Node does, for a caller that learns it after New (the CNI
+// plugin reads it from the pod). Call it before the Store is used.
+func (s *Store) SetNode(node string) { s.node.Store(&node) }
+
+// nodeName returns Options.Node, or what SetNode set.
+func (s *Store) nodeName() string { return *s.node.Load() }
+
 // Get returns the claim for ip in pool, read from etcd through the API
-// server (a quorum read), or an error wrapping store.ErrNotFound. An object
-// of that name that is no valid claim gives a *CorruptError.
+// server (a quorum read of the object ClaimName names), or an error
+// wrapping store.ErrNotFound, also when the address is claimed in another
+// pool. An object of that name that is no valid claim gives a
+// *CorruptError.
 func (s *Store) Get(ctx context.Context, pool string, ip netip.Addr) (store.Claim, error) {
 	key := pool + "/" + ip.String()
-	name, ok := ClaimName(pool, ip)
-	if !ok {
-		return store.Claim{}, fmt.Errorf("kubestore: get %s: %w", key, errNoName)
-	}
-	if err := ctx.Err(); err != nil {
-		return store.Claim{}, fmt.Errorf("kubestore: get %s: %w", key, err)
-	}
-	raw, err := s.do(ctx, s.client.Get().Resource(ClaimResource).Name(name))
-	if err != nil {
-		return store.Claim{}, s.fail(ctx, "get", key, name, err)
-	}
-	c, o, err := decodeClaim(raw)
+	c, err := s.read(ctx, "get", key, ip)
 	if err != nil {
 		return store.Claim{}, err
 	}
 	if c.Pool != pool {
-		// Two pools whose names are hashed to the same value.
-		return store.Claim{}, &CorruptError{Name: name, Field: "spec.pool", Value: c.Pool,
-			Reason: fmt.Sprintf("the name of pool %q address %s is held by another pool's claim", pool, ip)}
+		return store.Claim{}, fmt.Errorf("kubestore: get %s: %w (the address is claimed in pool %q)", key, store.ErrNotFound, c.Pool)
 	}
-	s.uids.put(name, c.Revision, o.Metadata.UID)
 	return c, nil
+}
+
+// read GETs the claim of ip, whatever its pool, for op on key.
+func (s *Store) read(ctx context.Context, op, key string, ip netip.Addr) (store.Claim, error) {
+	e, err := s.readEntry(ctx, op, key, ip)
+	return e.claim, err
+}
+
+// readEntry is read, with what Update and Delete need of the object.
+func (s *Store) readEntry(ctx context.Context, op, key string, ip netip.Addr) (seenEntry, error) {
+	name, ok := ClaimName(ip)
+	if !ok {
+		return seenEntry{}, fmt.Errorf("kubestore: %s %s: %w", op, key, errNoName)
+	}
+	if err := ctx.Err(); err != nil {
+		return seenEntry{}, fmt.Errorf("kubestore: %s %s: %w", op, key, err)
+	}
+	raw, err := s.do(ctx, s.client.Get().Resource(ClaimResource).Name(name))
+	if err != nil {
+		return seenEntry{}, s.fail(ctx, op, key, name, err)
+	}
+	c, o, err := decodeClaim(raw)
+	if err != nil {
+		return seenEntry{}, err
+	}
+	e := seenEntry{claim: c, uid: o.Metadata.UID, token: o.Metadata.Annotations.Token}
+	s.seen.putEntry(name, e)
+	return e, nil
 }
 
 // List returns every claim of pool: a consistent list (served from the API
@@ -143,100 +176,76 @@ func (s *Store) Get(ctx context.Context, pool string, ip netip.Addr) (store.Clai
 // claims are left out, and reported in an error wrapping store.ErrCorrupt
 // (each a *CorruptError) returned with the claims that could be read.
 func (s *Store) List(ctx context.Context, pool string) ([]store.Claim, error) {
-	return s.claimsBy(ctx, "list", pool, LabelPool+"="+labelValue(pool), 0, func(c store.Claim) bool { return c.Pool == pool })
+	return s.claimsBy(ctx, "list", pool, LabelPool+"="+labelValue(pool), func(c store.Claim) bool { return c.Pool == pool })
 }
 
 // ListAll returns every claim, of every pool, from a consistent list of
 // every IPClaim (see List).
 func (s *Store) ListAll(ctx context.Context) ([]store.Claim, error) {
-	return s.claimsBy(ctx, "list", "every claim", "", 0, func(store.Claim) bool { return true })
+	return s.claimsBy(ctx, "list", "every claim", "", func(store.Claim) bool { return true })
 }
 
-// Owned returns the claims q matches, from a consistent list of the IPClaims
-// labelled with q's identity (see List); it reflects every write that
-// completed before it was called, through any client. The API server
-// answers from memory, but finds the owner's claims by testing every
-// IPClaim's labels (custom resources have no index), so its cost grows with
-// the number of claims in the cluster; what travels is the owner's claims
-// only.
-func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
-	return s.owned(ctx, q, 0)
-}
-
-// OwnedAtLeast returns the claims q matches as they were at some moment
-// after the write of revision rev, a revision this Store returned: every
-// write up to rev is in the answer, and perhaps later ones.
+// Owned returns the claims q matches. By pod UID or by a stable owner's
+// name it reads q's owner index (an IPOwner, OwnerIndexName) and each claim
+// the index lists, keeping those q matches: GETs by name, quorum reads,
+// whose cost does not grow with the claims of other owners. Every claim
+// is in the index of its identities before it is written, so the answer
+// reflects every write completed before the call, through any client.
 //
-// While a Watch of this Store runs (Allocator.Follow keeps one), the answer
-// comes from what the watch has reported, as soon as it has reported
-// revision rev, without a request: the watch's events come in revision
-// order, so it then has every write up to rev. Otherwise, or if the watch
-// does not get there within half a second (it is reconnecting), it is a
-// list of the API server's watch cache with resourceVersion rev and
-// resourceVersionMatch NotOlderThan, served once that cache has caught up
-// with rev. Unlike Owned, neither waits for a cache to catch up with etcd's
-// current revision, which the API server's cache learns of from a progress
-// notification when the newest writes are to other resources (up to 100
-// ms, see the package documentation). A rev of 0 or less asks for what
-// Owned gives. Objects that are no valid claims are left out of an answer
-// from the watch without an error (the watch logs them).
-func (s *Store) OwnedAtLeast(ctx context.Context, q store.OwnerQuery, rev int64) ([]store.Claim, error) {
-	if rev > 0 && q.Validate() == nil {
-		if claims, ok := s.view.owned(ctx, q, rev); ok {
-			return claims, nil
-		}
-	}
-	return s.owned(ctx, q, rev)
-}
-
-// owned is Owned with a consistent list (rev <= 0), OwnedAtLeast with a
-// list not older than rev.
-func (s *Store) owned(ctx context.Context, q store.OwnerQuery, rev int64) ([]store.Claim, error) {
+// By container ID, or for an owner whose index lists more than 16 claims,
+// it is a consistent list of the IPClaims labelled with q's identity: the
+// slow path, whose cost on the API server grows with the number of claims
+// in the cluster (see the package documentation). Claims that have a pod
+// UID are indexed by it, not by their container ID.
+func (s *Store) Owned(ctx context.Context, q store.OwnerQuery) ([]store.Claim, error) {
 	if err := q.Validate(); err != nil {
 		return nil, fmt.Errorf("kubestore: %w", err)
 	}
-	return s.claimsBy(ctx, "owned", q.String(), ownerSelector(q), rev, q.Matches)
-}
-
-// AddressClaims returns the claims of ip in every pool, from a consistent
-// list (see List) of the IPClaims labelled with the address (LabelIP).
-// Objects so labelled that are no valid claims are left out, and reported
-// as List reports them.
-func (s *Store) AddressClaims(ctx context.Context, ip netip.Addr) ([]store.Claim, error) {
-	return s.addressClaims(ctx, ip, 0)
-}
-
-// AddressClaimsAtLeast returns the claims of ip as they were at some moment
-// after the write of revision rev, a revision this Store returned: from what
-// a running Watch has reported, or a list not older than rev, as
-// OwnedAtLeast does.
-func (s *Store) AddressClaimsAtLeast(ctx context.Context, ip netip.Addr, rev int64) ([]store.Claim, error) {
-	if rev > 0 && ip.IsValid() {
-		if claims, ok := s.view.addressClaims(ctx, ip, rev); ok {
-			return claims, nil
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("kubestore: owned %s: %w", q, err)
+	}
+	if indexedBy(q) {
+		claims, ok, err := s.ownedIndexed(ctx, q)
+		if ok {
+			return claims, err
 		}
 	}
-	return s.addressClaims(ctx, ip, rev)
+	return s.claimsBy(ctx, "owned", q.String(), ownerSelector(q), q.Matches)
 }
 
-// addressClaims is AddressClaims with a consistent list (rev <= 0),
-// AddressClaimsAtLeast with a list not older than rev.
-func (s *Store) addressClaims(ctx context.Context, ip netip.Addr, rev int64) ([]store.Claim, error) {
-	if !ip.IsValid() {
-		return nil, fmt.Errorf("kubestore: claims of address %s: %w", ip, errNoName)
+// OwnedAtLeast returns what Owned returns: its reads are quorum reads,
+// never older than a write this Store completed.
+func (s *Store) OwnedAtLeast(ctx context.Context, q store.OwnerQuery, _ int64) ([]store.Claim, error) {
+	return s.Owned(ctx, q)
+}
+
+// AddressClaims returns the claim of ip, in whichever pool holds it (an
+// address is claimed in one pool at a time), or none: one GET by name.
+func (s *Store) AddressClaims(ctx context.Context, ip netip.Addr) ([]store.Claim, error) {
+	c, err := s.read(ctx, "claims of address", ip.String(), ip)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return []store.Claim{}, nil
+	case err != nil:
+		return nil, err
 	}
-	return s.claimsBy(ctx, "claims of address", ip.String(), LabelIP+"="+ipValue(ip), rev, func(c store.Claim) bool { return c.IP == ip })
+	return []store.Claim{c}, nil
+}
+
+// AddressClaimsAtLeast returns what AddressClaims returns, a quorum read.
+func (s *Store) AddressClaimsAtLeast(ctx context.Context, ip netip.Addr, _ int64) ([]store.Claim, error) {
+	return s.AddressClaims(ctx, ip)
 }
 
 // claimsBy is a read of op (what, for its errors): the claims keep keeps
-// among the IPClaims selector selects, from a list not older than rev, or a
-// consistent one if rev <= 0; never nil. Unreadable objects are reported
-// in an error wrapping store.ErrCorrupt, returned with the others.
-func (s *Store) claimsBy(ctx context.Context, op, what, selector string, rev int64, keep func(store.Claim) bool) ([]store.Claim, error) {
+// among the IPClaims selector selects, from a consistent list; never nil.
+// Unreadable objects are reported in an error wrapping store.ErrCorrupt,
+// returned with the others.
+func (s *Store) claimsBy(ctx context.Context, op, what, selector string, keep func(store.Claim) bool) ([]store.Claim, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("kubestore: %s %s: %w", op, what, err)
 	}
-	claims, err := s.listClaimsAt(ctx, selector, rev, keep)
+	claims, err := s.listClaims(ctx, selector, keep)
 	if err != nil && !errors.Is(err, store.ErrCorrupt) {
 		return nil, s.fail(ctx, op, what, "", err)
 	}
@@ -271,13 +280,7 @@ func ownerSelector(q store.OwnerQuery) string {
 // whose labels disagree with it (errors.Join of them, which wraps
 // store.ErrCorrupt). Any other error is the request's.
 func (s *Store) listClaims(ctx context.Context, selector string, keep func(store.Claim) bool) ([]store.Claim, error) {
-	return s.listClaimsAt(ctx, selector, 0, keep)
-}
-
-// listClaimsAt is listClaims from a list not older than revision rev, or a
-// consistent one if rev <= 0.
-func (s *Store) listClaimsAt(ctx context.Context, selector string, rev int64, keep func(store.Claim) bool) ([]store.Claim, error) {
-	list, err := s.list(ctx, ClaimResource, selector, rev)
+	list, err := s.list(ctx, ClaimResource, selector)
 	if err != nil {
 		return nil, err
 	}
@@ -293,19 +296,18 @@ func (s *Store) listClaimsAt(ctx context.Context, selector string, rev int64, ke
 			bad = append(bad, err)
 		}
 		if keep(c) {
-			s.uids.put(o.Metadata.Name, c.Revision, o.Metadata.UID)
+			s.seen.put(o.Metadata.Name, c, o)
 			claims = append(claims, c)
 		}
 	}
 	return claims, errors.Join(bad...)
 }
 
-// list lists resource with a label selector: a consistent list if rev <=
-// 0, else one not older than revision rev.
-func (s *Store) list(ctx context.Context, resource, selector string, rev int64) (*objectList, error) {
-	req := s.client.Get().Resource(resource).Param("labelSelector", selector)
-	if rev > 0 {
-		req = req.Param("resourceVersion", formatRevision(rev)).Param("resourceVersionMatch", "NotOlderThan")
+// list makes a consistent list of resource with a label selector.
+func (s *Store) list(ctx context.Context, resource, selector string) (*objectList, error) {
+	req := s.client.Get().Resource(resource)
+	if selector != "" {
+		req = req.Param("labelSelector", selector)
 	}
 	raw, err := s.do(ctx, req)
 	if err != nil {
@@ -318,28 +320,59 @@ func (s *Store) list(ctx context.Context, resource, selector string, rev int64) 
 	return list, nil
 }
 
-// Create stores c if its address is free, as a new IPClaim, and returns it
-// with the object's resourceVersion as Revision. It returns an error
-// wrapping store.ErrExists if an object of that name exists, whether or not
+// Create stores c if its address is free in every pool, as a new IPClaim,
+// and returns it with the object's resourceVersion as Revision. It first
+// adds an entry for c to the owner index of each identity c is indexed
+// under (see Owned), then POSTs the claim; if the POST is refused, it
+// removes the entries again. It returns an error wrapping store.ErrExists
+// if an object of the address's name exists, of any pool, whether or not
 // it is a valid claim.
 func (s *Store) Create(ctx context.Context, c store.Claim) (store.Claim, error) {
-	return s.create(ctx, c, false)
+	return s.create(ctx, c, true)
 }
 
-func (s *Store) create(ctx context.Context, c store.Claim, cursor bool) (store.Claim, error) {
+// create is Create; checked says to refuse the write while the cluster
+// holds claims named the old way (see Migrate).
+func (s *Store) create(ctx context.Context, c store.Claim, checked bool) (store.Claim, error) {
 	name, err := toWrite(ctx, "create", c)
 	if err != nil {
 		return store.Claim{}, err
 	}
-	body, err := json.Marshal(newClaimObject(name, c, cursor))
+	if checked {
+		if err := s.layout.check(ctx, s); err != nil {
+			return store.Claim{}, fmt.Errorf("kubestore: create %s: %w", c.Key(), err)
+		}
+	}
+	token := newToken()
+	ids := indexed(c.Owner)
+	if err := s.addEntries(ctx, ids, c.Pool, c.IP, token); err != nil {
+		return store.Claim{}, fmt.Errorf("kubestore: create %s: %w", c.Key(), err)
+	}
+	o := newClaimObject(name, c, token)
+	body, err := json.Marshal(o)
 	if err != nil {
 		return store.Claim{}, fmt.Errorf("kubestore: create %s: %w", c.Key(), err)
 	}
 	raw, err := s.do(ctx, s.client.Post().Resource(ClaimResource).Body(body))
 	if err != nil {
+		if refused(ctx, err) {
+			s.dropEntries(context.WithoutCancel(ctx), ids, c.Pool, c.IP, token)
+		}
 		return store.Claim{}, s.fail(ctx, "create", c.Key(), name, err)
 	}
-	return s.written(c, name, raw)
+	return s.written(c, name, token, raw)
+}
+
+// refused reports whether err says that the API server did not apply a
+// write: an answer in 4xx other than 429. A write that got no answer, or a
+// 429 or 5xx, may have been applied.
+func refused(ctx context.Context, err error) bool {
+	var st apierrors.APIStatus
+	if !errors.As(err, &st) || kubeerr.Unavailable(ctx, err) {
+		return false
+	}
+	code := st.Status().Code
+	return code >= 400 && code < 500 && code != 429
 }
 
 // toWrite checks that c can be written by op, and returns its object's
@@ -348,7 +381,7 @@ func toWrite(ctx context.Context, op string, c store.Claim) (string, error) {
 	if err := c.Validate(); err != nil {
 		return "", fmt.Errorf("kubestore: %s: %w", op, err)
 	}
-	name, ok := ClaimName(c.Pool, c.IP)
+	name, ok := ClaimName(c.IP)
 	if !ok {
 		return "", fmt.Errorf("kubestore: %s %s: %w", op, c.Key(), errNoName)
 	}
@@ -360,7 +393,7 @@ func toWrite(ctx context.Context, op string, c store.Claim) (string, error) {
 
 // written returns c as the response raw to its write says it was stored:
 // with the new resourceVersion as Revision.
-func (s *Store) written(c store.Claim, name string, raw []byte) (store.Claim, error) {
+func (s *Store) written(c store.Claim, name, token string, raw []byte) (store.Claim, error) {
 	var meta struct {
 		Metadata struct {
 			ResourceVersion string    `json:"resourceVersion"`
@@ -375,81 +408,108 @@ func (s *Store) written(c store.Claim, name string, raw []byte) (store.Claim, er
 		return store.Claim{}, &CorruptError{Name: name, Field: "metadata.resourceVersion",
 			Value: meta.Metadata.ResourceVersion, Reason: "not a positive decimal integer"}
 	}
-	s.uids.put(name, rev, meta.Metadata.UID)
 	c.Revision = rev
+	s.seen.putEntry(name, seenEntry{claim: c, uid: meta.Metadata.UID, token: token})
 	return c, nil
 }
 
+// current returns the claim of ip as this Store last saw it at revision
+// rev, or reads it if it saw it at another revision or not at all.
+func (s *Store) current(ctx context.Context, op, key string, ip netip.Addr, rev int64) (seenEntry, error) {
+	name, ok := ClaimName(ip)
+	if !ok {
+		return seenEntry{}, fmt.Errorf("kubestore: %s %s: %w", op, key, errNoName)
+	}
+	if e, ok := s.seen.get(name, rev); ok {
+		return e, nil
+	}
+	return s.readEntry(ctx, op, key, ip)
+}
+
 // Update replaces the claim for (c.Pool, c.IP) with c if the object's
-// resourceVersion is rev: a PUT that carries rev (and the object's UID when
-// this Store has seen it at rev), which the API server refuses with a
-// conflict (store.ErrConflict) if the object has changed, or was deleted and
-// created again, since. It returns an error wrapping store.ErrNotFound if
-// there is no such object.
+// resourceVersion is rev: a PUT that carries rev (and the object's UID),
+// which the API server refuses with a conflict (store.ErrConflict) if the
+// object has changed, or was deleted and created again, since. Before the
+// PUT it reads the claim unless this Store saw it at rev (to know its pool
+// and its owner index entries), and adds entries for c to the owner
+// indexes of c's identities; after it, it prunes the old claim's entries.
+// It returns an error wrapping store.ErrNotFound if there is no such
+// object or the address is claimed in another pool: that pool's claim is
+// not c's to replace.
 func (s *Store) Update(ctx context.Context, c store.Claim, rev int64) (store.Claim, error) {
 	name, err := toWrite(ctx, "update", c)
 	if err != nil {
 		return store.Claim{}, err
 	}
-	if rev <= 0 {
-		// The API server would refuse the request as invalid rather than
-		// as a conflict: say which it is.
-		return store.Claim{}, s.noSuchRevision(ctx, "update", c.Key(), name, rev)
+	old, err := s.current(ctx, "update", c.Key(), c.IP, rev)
+	switch {
+	case err != nil:
+		return store.Claim{}, err
+	case old.claim.Pool != c.Pool:
+		return store.Claim{}, fmt.Errorf("kubestore: update %s: %w (the address is claimed in pool %q)", c.Key(), store.ErrNotFound, old.claim.Pool)
+	case rev <= 0 || old.claim.Revision != rev:
+		return store.Claim{}, fmt.Errorf("kubestore: update %s at revision %d: %w", c.Key(), rev, store.ErrConflict)
 	}
-	o := newClaimObject(name, c, false)
+	if err := s.layout.check(ctx, s); err != nil {
+		return store.Claim{}, fmt.Errorf("kubestore: update %s: %w", c.Key(), err)
+	}
+	token := newToken()
+	ids := indexed(c.Owner)
+	if err := s.addEntries(ctx, ids, c.Pool, c.IP, token); err != nil {
+		return store.Claim{}, fmt.Errorf("kubestore: update %s: %w", c.Key(), err)
+	}
+	o := newClaimObject(name, c, token)
 	o.ResourceVersion = formatRevision(rev)
-	o.UID = s.uids.get(name, rev)
+	o.UID = old.uid
 	body, err := json.Marshal(o)
 	if err != nil {
 		return store.Claim{}, fmt.Errorf("kubestore: update %s: %w", c.Key(), err)
 	}
 	raw, err := s.do(ctx, s.client.Put().Resource(ClaimResource).Name(name).Body(body))
 	if err != nil {
+		if refused(ctx, err) {
+			s.dropEntries(context.WithoutCancel(ctx), ids, c.Pool, c.IP, token)
+		}
 		return store.Claim{}, s.fail(ctx, "update", c.Key(), name, err)
 	}
-	return s.written(c, name, raw)
+	s.dropEntries(ctx, indexed(old.claim.Owner), old.claim.Pool, old.claim.IP, old.token)
+	return s.written(c, name, token, raw)
 }
 
 // Delete removes the claim for ip in pool if the object's resourceVersion is
-// rev: a DELETE with rev (and the object's UID when this Store has seen it
-// at rev) as preconditions.
+// rev: a DELETE with rev (and the object's UID) as preconditions, after a
+// read of the claim unless this Store saw it at rev. It then prunes the
+// claim's entries from its owner indexes. It returns an error wrapping
+// store.ErrNotFound if there is no such object or the address is claimed in
+// another pool, and store.ErrConflict if the claim is at another revision.
 func (s *Store) Delete(ctx context.Context, pool string, ip netip.Addr, rev int64) error {
 	key := pool + "/" + ip.String()
-	name, ok := ClaimName(pool, ip)
+	name, ok := ClaimName(ip)
 	if !ok {
 		return fmt.Errorf("kubestore: delete %s: %w", key, errNoName)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("kubestore: delete %s: %w", key, err)
 	}
-	rv := formatRevision(rev)
-	pre := &metav1.Preconditions{ResourceVersion: &rv}
-	if uid := s.uids.get(name, rev); uid != "" {
-		pre.UID = &uid
+	old, err := s.current(ctx, "delete", key, ip, rev)
+	switch {
+	case err != nil:
+		return err
+	case old.claim.Pool != pool:
+		return fmt.Errorf("kubestore: delete %s: %w (the address is claimed in pool %q)", key, store.ErrNotFound, old.claim.Pool)
+	case old.claim.Revision != rev:
+		return fmt.Errorf("kubestore: delete %s at revision %d: %w", key, rev, store.ErrConflict)
 	}
-	body, err := json.Marshal(&metav1.DeleteOptions{
-		TypeMeta:      metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"},
-		Preconditions: pre,
-	})
+	body, err := deleteBody(formatRevision(rev), string(old.uid))
 	if err != nil {
 		return fmt.Errorf("kubestore: delete %s: %w", key, err)
 	}
 	if _, err := s.do(ctx, s.client.Delete().Resource(ClaimResource).Name(name).Body(body)); err != nil {
 		return s.fail(ctx, "delete", key, name, err)
 	}
-	s.uids.drop(name)
+	s.seen.drop(name)
+	s.dropEntries(ctx, indexed(old.claim.Owner), pool, ip, old.token)
 	return nil
-}
-
-// noSuchRevision returns the error of a write at revision rev, which no
-// object has: store.ErrNotFound if there is no object, else
-// store.ErrConflict.
-func (s *Store) noSuchRevision(ctx context.Context, op, key, name string, rev int64) error {
-	_, err := s.do(ctx, s.client.Get().Resource(ClaimResource).Name(name))
-	if err != nil {
-		return s.fail(ctx, op, key, name, err)
-	}
-	return fmt.Errorf("kubestore: %s %s at revision %d: %w", op, key, rev, store.ErrConflict)
 }
 
 // do sends req and returns the response body, or the request's error (an
@@ -491,45 +551,46 @@ func (s *Store) fail(ctx context.Context, op, key, name string, err error) error
 // exist (rather than that the resource is not served: a missing CRD).
 func isObjectNotFound(err error, name string) bool { return kubeerr.ObjectNotFound(err, name) }
 
-// uidCache remembers the UID of objects this Store has written or read, at
-// the revision it saw, so that an Update or Delete at that revision can name
-// the UID too. It is bounded: when full it starts again empty. A miss only
-// leaves the UID out; the revision alone already tells an object from one
-// deleted and created again under the same name.
-type uidCache struct {
+// seenCache remembers the claims this Store has read or written, by object
+// name, with the object's UID and index token, so that an Update or Delete
+// at the revision seen needs no read first. It is bounded: when full it
+// starts again empty. A miss costs a GET.
+type seenCache struct {
 	mu sync.Mutex
-	m  map[string]uidEntry
+	m  map[string]seenEntry
 }
 
-type uidEntry struct {
-	rev int64
-	uid types.UID
+// seenEntry is one claim as seen: at claim.Revision.
+type seenEntry struct {
+	claim store.Claim
+	uid   types.UID
+	token string
 }
 
 const uidCacheSize = 4096
 
-func (u *uidCache) put(name string, rev int64, uid types.UID) {
-	if uid == "" {
-		return
-	}
+func (u *seenCache) put(name string, c store.Claim, o *storedClaim) {
+	u.putEntry(name, seenEntry{claim: c, uid: o.Metadata.UID, token: o.Metadata.Annotations.Token})
+}
+
+func (u *seenCache) putEntry(name string, e seenEntry) {
 	u.mu.Lock()
 	if u.m == nil || len(u.m) >= uidCacheSize {
-		u.m = make(map[string]uidEntry)
+		u.m = make(map[string]seenEntry)
 	}
-	u.m[name] = uidEntry{rev, uid}
+	u.m[name] = e
 	u.mu.Unlock()
 }
 
-func (u *uidCache) get(name string, rev int64) types.UID {
+// get returns the claim name as seen at revision rev.
+func (u *seenCache) get(name string, rev int64) (seenEntry, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if e, ok := u.m[name]; ok && e.rev == rev {
-		return e.uid
-	}
-	return ""
+	e, ok := u.m[name]
+	return e, ok && e.claim.Revision == rev
 }
 
-func (u *uidCache) drop(name string) {
+func (u *seenCache) drop(name string) {
 	u.mu.Lock()
 	delete(u.m, name)
 	u.mu.Unlock()

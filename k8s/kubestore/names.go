@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/ipamkit/ipam/store"
 )
 
 // Label keys of an IPClaim. Their values are the plain identity when it is a
@@ -24,10 +26,10 @@ const (
 	// are found at once (AddressClaims): the address's bytes in lower-case
 	// hex, 8 digits for IPv4 and 32 for IPv6.
 	LabelIP = Group + "/ip"
-	// LabelCursor marks a claim made by CreateAndSetCursor: the newest such
-	// claim of a pool is where its cursor points, unless SetCursor moved it
-	// later.
-	LabelCursor = Group + "/cursor"
+	// AnnotationToken holds the token of the claim's entries in its owner
+	// indexes (IPOwner objects): a Delete prunes the entries of the token
+	// of the claim it deleted, and no other.
+	AnnotationToken = Group + "/token"
 )
 
 // Limits of Kubernetes names and label values.
@@ -37,18 +39,45 @@ const (
 	hashLen          = 40 // hex digits of SHA-256 kept in hashed names and values
 )
 
-// ClaimName returns the name of the IPClaim object of ip in pool: the pool's
-// name, a dot and the address, such as "blue.10.0.0.1" or
-// "blue.2001-0db8-0000-0000-0000-0000-0000-0001" (an IPv6 address as all
-// eight groups of four hex digits joined by "-", as ":" is not allowed in a
-// name). A pool whose name is not a DNS-1123 subdomain (upper case, "_") or
-// too long to fit is replaced by the first 40 hex digits of its SHA-256; the
-// object keeps the pool's real name in spec.pool. Names sort in address order
-// within a pool and parse back to the address (ParseClaimName).
+// ClaimName returns the name of the IPClaim object of ip: the address
+// alone, such as "10.0.0.1" or "2001-0db8-0000-0000-0000-0000-0000-0001"
+// (an IPv6 address as all eight groups of four hex digits joined by "-", as
+// ":" is not allowed in a name), as Kubernetes names its IPAddress objects
+// for Service IPs. The pool is in the object's spec.pool, not its name, so
+// an address is claimed in one pool at a time, cluster-wide. Names parse
+// back to the address (ParseClaimName).
 //
 // ok is false for an address that cannot be named: the zero Addr or one with
 // an IPv6 zone.
-func ClaimName(pool string, ip netip.Addr) (name string, ok bool) {
+func ClaimName(ip netip.Addr) (name string, ok bool) {
+	if !ip.IsValid() || ip.Zone() != "" {
+		return "", false
+	}
+	return addrLabel(ip), true
+}
+
+// ParseClaimName returns the address of an IPClaim name made by ClaimName.
+func ParseClaimName(name string) (netip.Addr, bool) {
+	if len(name) == 39 && strings.Count(name, "-") == 7 {
+		ip, err := netip.ParseAddr(strings.ReplaceAll(name, "-", ":"))
+		if err != nil || !ip.Is6() || addrLabel(ip) != name {
+			return netip.Addr{}, false
+		}
+		return ip, true
+	}
+	ip, err := netip.ParseAddr(name)
+	if err != nil || !ip.Is4() || ip.String() != name {
+		return netip.Addr{}, false
+	}
+	return ip, true
+}
+
+// LegacyClaimName returns the name an IPClaim of ip in pool had before
+// claims were named by their address alone (layout 1): the pool's name, a
+// dot and the address, such as "blue.10.0.0.1", the pool replaced by the
+// first 40 hex digits of its SHA-256 when it is not a DNS-1123 subdomain or
+// too long to fit. Migrate renames such objects.
+func LegacyClaimName(pool string, ip netip.Addr) (name string, ok bool) {
 	if !ip.IsValid() || ip.Zone() != "" {
 		return "", false
 	}
@@ -59,9 +88,9 @@ func ClaimName(pool string, ip netip.Addr) (name string, ok bool) {
 	return hash(pool) + "." + addr, true
 }
 
-// ParseClaimName returns the pool part (the pool's name, or its hash) and the
-// address of an IPClaim name made by ClaimName.
-func ParseClaimName(name string) (poolPart string, ip netip.Addr, ok bool) {
+// ParseLegacyClaimName returns the pool part (the pool's name, or its hash)
+// and the address of an IPClaim name made by LegacyClaimName.
+func ParseLegacyClaimName(name string) (poolPart string, ip netip.Addr, ok bool) {
 	dot := strings.LastIndexByte(name, '.')
 	if dot < 0 {
 		return "", netip.Addr{}, false
@@ -86,6 +115,30 @@ func ParseClaimName(name string) (poolPart string, ip netip.Addr, ok bool) {
 		return "", netip.Addr{}, false
 	}
 	return name[:i], ip, i > 0
+}
+
+// OwnerIndexName returns the name of the IPOwner object that indexes the
+// claims of q's identity (its Interface aside): "uid.", "name." or
+// "container." followed by the pod UID, the stable owner's
+// "namespace.name" or the container ID, or by the first 40 hex digits of
+// its SHA-256 when that is not a DNS-1123 subdomain or too long. Two
+// identities whose names collide (a deliberate hash collision) share one
+// object, which costs nothing but a longer index: readers check every
+// claim the index lists against the query.
+func OwnerIndexName(q store.OwnerQuery) string {
+	var prefix, id string
+	switch q.Kind {
+	case store.KindUID:
+		prefix, id = "uid.", q.ID
+	case store.KindName:
+		prefix, id = "name.", strings.Replace(q.ID, "/", ".", 1)
+	default:
+		prefix, id = "container.", q.ID
+	}
+	if len(prefix)+len(id) <= maxNameLen && isDNSSubdomain(id) {
+		return prefix + id
+	}
+	return prefix + hash(q.ID)
 }
 
 // addrLabel is the address part of a claim's name.

@@ -7,9 +7,11 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/ipamkit/ipam/store"
 )
 
-func TestClaimName(t *testing.T) {
+func TestLegacyClaimName(t *testing.T) {
 	long := strings.Repeat("a", 250)
 	tests := []struct {
 		pool, ip, want string
@@ -33,25 +35,82 @@ func TestClaimName(t *testing.T) {
 	}
 	for _, tc := range tests {
 		ip := netip.MustParseAddr(tc.ip)
-		got, ok := ClaimName(tc.pool, ip)
+		got, ok := LegacyClaimName(tc.pool, ip)
 		if !ok || got != tc.want {
-			t.Errorf("ClaimName(%q, %s) = %q, %t; want %q", tc.pool, ip, got, ok, tc.want)
+			t.Errorf("LegacyClaimName(%q, %s) = %q, %t; want %q", tc.pool, ip, got, ok, tc.want)
 		}
 		if errs := validation.IsDNS1123Subdomain(got); errs != nil {
-			t.Errorf("ClaimName(%q, %s) = %q: not a valid name: %v", tc.pool, ip, got, errs)
+			t.Errorf("LegacyClaimName(%q, %s) = %q: not a valid name: %v", tc.pool, ip, got, errs)
 		}
-		pool, back, ok := ParseClaimName(got)
+		if _, ok := ParseClaimName(got); ok {
+			t.Errorf("ParseClaimName(%q) succeeded: a legacy name taken for an address's", got)
+		}
+		pool, back, ok := ParseLegacyClaimName(got)
 		wantPool := tc.pool
 		if !strings.HasPrefix(tc.want, tc.pool+".") || tc.pool == "" {
 			wantPool = hash(tc.pool)
 		}
 		if !ok || back != ip || pool != wantPool {
-			t.Errorf("ParseClaimName(%q) = %q, %v, %t; want %q, %v", got, pool, back, ok, wantPool, ip)
+			t.Errorf("ParseLegacyClaimName(%q) = %q, %v, %t; want %q, %v", got, pool, back, ok, wantPool, ip)
 		}
 	}
 	for _, ip := range []netip.Addr{{}, netip.MustParseAddr("fe80::1%eth0")} {
-		if got, ok := ClaimName("blue", ip); ok {
-			t.Errorf("ClaimName(blue, %v) = %q, true; want false", ip, got)
+		if got, ok := LegacyClaimName("blue", ip); ok {
+			t.Errorf("LegacyClaimName(blue, %v) = %q, true; want false", ip, got)
+		}
+	}
+}
+
+func TestClaimName(t *testing.T) {
+	for ip, want := range map[string]string{
+		"10.0.0.1":        "10.0.0.1",
+		"2001:db8::1":     "2001-0db8-0000-0000-0000-0000-0000-0001",
+		"::":              "0000-0000-0000-0000-0000-0000-0000-0000",
+		"::ffff:10.0.0.1": "0000-0000-0000-0000-0000-ffff-0a00-0001",
+	} {
+		addr := netip.MustParseAddr(ip)
+		got, ok := ClaimName(addr)
+		if !ok || got != want {
+			t.Errorf("ClaimName(%s) = %q, %t; want %q", ip, got, ok, want)
+		}
+		if errs := validation.IsDNS1123Subdomain(got); errs != nil {
+			t.Errorf("ClaimName(%s) = %q: not a valid name: %v", ip, got, errs)
+		}
+		if back, ok := ParseClaimName(got); !ok || back != addr {
+			t.Errorf("ParseClaimName(%q) = %v, %t; want %v", got, back, ok, addr)
+		}
+	}
+	for _, ip := range []netip.Addr{{}, netip.MustParseAddr("fe80::1%eth0")} {
+		if got, ok := ClaimName(ip); ok {
+			t.Errorf("ClaimName(%v) = %q, true; want false", ip, got)
+		}
+	}
+	for _, name := range []string{"", "blue.10.0.0.1", "010.0.0.1", "2001-db8-0-0-0-0-0-1", "2001-0DB8-0000-0000-0000-0000-0000-0001", "layout"} {
+		if ip, ok := ParseClaimName(name); ok {
+			t.Errorf("ParseClaimName(%q) = %v, true; want false", name, ip)
+		}
+	}
+}
+
+func TestOwnerIndexName(t *testing.T) {
+	long := strings.Repeat("a", 250)
+	for _, tc := range []struct {
+		q    store.OwnerQuery
+		want string
+	}{
+		{store.ByUID("0d4e-11aa"), "uid.0d4e-11aa"},
+		{store.ByUID("Upper"), "uid." + hash("Upper")},
+		{store.ByName("ns", "web-0"), "name.ns.web-0"},
+		{store.ByName("ns", "Web_0"), "name." + hash("ns/Web_0")},
+		{store.ByContainer("abc123"), "container.abc123"},
+		{store.ByContainer(long), "container." + hash(long)},
+	} {
+		got := OwnerIndexName(tc.q)
+		if got != tc.want {
+			t.Errorf("OwnerIndexName(%v) = %q, want %q", tc.q, got, tc.want)
+		}
+		if errs := validation.IsDNS1123Subdomain(got); errs != nil || got == LayoutMarker {
+			t.Errorf("OwnerIndexName(%v) = %q: not a valid name, or the layout marker's: %v", tc.q, got, errs)
 		}
 	}
 }
@@ -62,8 +121,8 @@ func TestParseClaimNameRejects(t *testing.T) {
 		"blue.2001-db8-0-0-0-0-0-1", "blue.2001-0DB8-0000-0000-0000-0000-0000-0001",
 		"blue.0000-0000-0000-0000-0000-ffff-0a00-000g", "-0000-0000-0000-0000-0000-0000-0000-0000",
 	} {
-		if pool, ip, ok := ParseClaimName(name); ok {
-			t.Errorf("ParseClaimName(%q) = %q, %v, true; want false", name, pool, ip)
+		if pool, ip, ok := ParseLegacyClaimName(name); ok {
+			t.Errorf("ParseLegacyClaimName(%q) = %q, %v, true; want false", name, pool, ip)
 		}
 	}
 }
@@ -76,7 +135,7 @@ func TestClaimNameOrder(t *testing.T) {
 	} {
 		var names []string
 		for _, s := range ips {
-			n, _ := ClaimName("p", netip.MustParseAddr(s))
+			n, _ := ClaimName(netip.MustParseAddr(s))
 			names = append(names, n)
 		}
 		if !slices.IsSorted(names) {
@@ -106,16 +165,31 @@ func FuzzNames(f *testing.F) {
 		if !ok {
 			return
 		}
-		name, ok := ClaimName(s, ip)
+		name, ok := LegacyClaimName(s, ip)
 		if !ok {
-			t.Fatalf("ClaimName(%q, %v) failed", s, ip)
+			t.Fatalf("LegacyClaimName(%q, %v) failed", s, ip)
 		}
 		if errs := validation.IsDNS1123Subdomain(name); errs != nil {
-			t.Fatalf("ClaimName(%q, %v) = %q: %v", s, ip, name, errs)
+			t.Fatalf("LegacyClaimName(%q, %v) = %q: %v", s, ip, name, errs)
 		}
-		pool, back, ok := ParseClaimName(name)
+		pool, back, ok := ParseLegacyClaimName(name)
 		if !ok || back != ip || (pool != s && pool != hash(s)) {
-			t.Fatalf("ParseClaimName(%q) = %q, %v, %t; want %q (or its hash), %v", name, pool, back, ok, s, ip)
+			t.Fatalf("ParseLegacyClaimName(%q) = %q, %v, %t; want %q (or its hash), %v", name, pool, back, ok, s, ip)
+		}
+		if _, ok := ParseClaimName(name); ok {
+			t.Fatalf("ParseClaimName(%q) took a legacy name for an address's", name)
+		}
+		if addr, ok := ClaimName(ip); ok {
+			if errs := validation.IsDNS1123Subdomain(addr); errs != nil {
+				t.Fatalf("ClaimName(%v) = %q: %v", ip, addr, errs)
+			}
+			if back, ok := ParseClaimName(addr); !ok || back != ip {
+				t.Fatalf("ParseClaimName(%q) = %v, %t; want %v", addr, back, ok, ip)
+			}
+		}
+		q := store.ByName("ns", s)
+		if n := OwnerIndexName(q); validation.IsDNS1123Subdomain(n) != nil {
+			t.Fatalf("OwnerIndexName(%v) = %q: not a valid name", q, n)
 		}
 	})
 }

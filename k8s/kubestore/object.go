@@ -14,14 +14,16 @@ import (
 )
 
 // The custom resources of the Store: its API group and version, and the
-// resources (plural names) of its kinds, IPClaim and IPCursor. Their
-// CustomResourceDefinitions are in the repository's k8s/config/crd.
+// resources (plural names) of its kinds, IPClaim, IPOwner and IPCursor.
+// Their CustomResourceDefinitions are in the repository's k8s/config/crd.
 const (
 	Group           = "ipam.ipamkit.io"
 	Version         = "v1alpha1"
 	ClaimResource   = "ipclaims"
+	OwnerResource   = "ipowners"
 	CursorResource  = "ipcursors"
 	claimKind       = "IPClaim"
+	ownerKind       = "IPOwner"
 	cursorKind      = "IPCursor"
 	groupAPIVersion = Group + "/" + Version
 )
@@ -81,10 +83,10 @@ func (e *CorruptError) Error() string {
 func (e *CorruptError) Unwrap() error { return store.ErrCorrupt }
 
 // newClaimObject makes the object that stores c under name, with the labels
-// that find it by pool and by owner, and with LabelCursor when cursor is set.
-// It carries no resourceVersion: a create must not (the API server refuses
-// it), and Update sets one.
-func newClaimObject(name string, c store.Claim, cursor bool) *claimObject {
+// that find it by pool and by owner, and the token of its owner index
+// entries (empty: none). It carries no resourceVersion: a create must not
+// (the API server refuses it), and Update sets one.
+func newClaimObject(name string, c store.Claim, token string) *claimObject {
 	labels := map[string]string{LabelPool: labelValue(c.Pool), LabelIP: ipValue(c.IP)}
 	if c.Owner.UID != "" {
 		labels[LabelUID] = labelValue(c.Owner.UID)
@@ -94,9 +96,6 @@ func newClaimObject(name string, c store.Claim, cursor bool) *claimObject {
 	}
 	if c.Owner.ContainerID != "" {
 		labels[LabelContainer] = labelValue(c.Owner.ContainerID)
-	}
-	if cursor {
-		labels[LabelCursor] = "true"
 	}
 	o := &claimObject{
 		TypeMeta:   metav1.TypeMeta{APIVersion: groupAPIVersion, Kind: claimKind},
@@ -117,6 +116,9 @@ func newClaimObject(name string, c store.Claim, cursor bool) *claimObject {
 	if !c.Time.IsZero() {
 		o.Spec.Time = c.Time.UTC().Format(time.RFC3339Nano)
 	}
+	if token != "" {
+		o.Annotations = map[string]string{AnnotationToken: token}
+	}
 	return o
 }
 
@@ -135,11 +137,20 @@ type storedMeta struct {
 	UID             types.UID `json:"uid"`
 	// Labels are decoded only when checked (checkLabels): a watch, which
 	// decodes every change, has no use for them.
-	Labels json.RawMessage `json:"labels"`
+	Labels      json.RawMessage `json:"labels"`
+	Annotations struct {
+		Token string `json:"ipam.ipamkit.io/token"`
+	} `json:"annotations"`
 }
 
 // decodeClaim decodes one IPClaim and checks it (see claim).
 func decodeClaim(raw []byte) (store.Claim, *storedClaim, error) {
+	return decodeClaimNamed(raw, addressName)
+}
+
+// decodeClaimNamed is decodeClaim for objects named by named: ClaimName,
+// or LegacyClaimName's form for Migrate.
+func decodeClaimNamed(raw []byte, named func(pool string, ip netip.Addr) (string, bool)) (store.Claim, *storedClaim, error) {
 	o := &storedClaim{}
 	if err := json.Unmarshal(raw, o); err != nil {
 		var name struct {
@@ -150,17 +161,23 @@ func decodeClaim(raw []byte) (store.Claim, *storedClaim, error) {
 		_ = json.Unmarshal(raw, &name) // best effort, for the message
 		return store.Claim{}, nil, &CorruptError{Name: name.Metadata.Name, Field: "(object)", Value: truncate(string(raw)), Reason: err.Error()}
 	}
-	c, err := o.claim()
+	c, err := o.claimNamed(named)
 	return c, o, err
 }
 
 // claim returns the claim o stores, or a *CorruptError naming the first
 // field that makes it no valid claim: a resourceVersion that is not a
 // positive decimal, a missing pool, an address that does not parse, a name
-// that is not the one ClaimName gives for spec.pool and spec.ip, a time that
-// is not RFC 3339, an owner without pod UID or container ID, a stable owner
-// without a name.
-func (o *storedClaim) claim() (store.Claim, error) {
+// that is not the one ClaimName gives for spec.ip, a time that is not RFC
+// 3339, an owner without pod UID or container ID, a stable owner without a
+// name.
+func (o *storedClaim) claim() (store.Claim, error) { return o.claimNamed(addressName) }
+
+// addressName is ClaimName in the form claimNamed takes.
+func addressName(_ string, ip netip.Addr) (string, bool) { return ClaimName(ip) }
+
+// claimNamed is claim for an object named by named.
+func (o *storedClaim) claimNamed(named func(pool string, ip netip.Addr) (string, bool)) (store.Claim, error) {
 	bad := func(field, value, reason string) (store.Claim, error) {
 		return store.Claim{}, &CorruptError{Name: o.Metadata.Name, Field: field, Value: value, Reason: reason}
 	}
@@ -175,8 +192,12 @@ func (o *storedClaim) claim() (store.Claim, error) {
 	if err != nil {
 		return bad("spec.ip", o.Spec.IP, "not an IP address")
 	}
-	if want, ok := ClaimName(o.Spec.Pool, ip); !ok || want != o.Metadata.Name {
-		return bad("metadata.name", o.Metadata.Name, fmt.Sprintf("not the name of pool %q address %s (%q)", o.Spec.Pool, ip, want))
+	if want, ok := named(o.Spec.Pool, ip); !ok || want != o.Metadata.Name {
+		reason := fmt.Sprintf("not the name of address %s (%q)", ip, want)
+		if legacy, _ := LegacyClaimName(o.Spec.Pool, ip); legacy == o.Metadata.Name {
+			reason = fmt.Sprintf("the name of pool %q address %s before claims were named by address: run %s", o.Spec.Pool, ip, MigrateCommand)
+		}
+		return bad("metadata.name", o.Metadata.Name, reason)
 	}
 	c := store.Claim{
 		Pool: o.Spec.Pool,
@@ -209,7 +230,7 @@ func (o *storedClaim) claim() (store.Claim, error) {
 // the claim it stores: the index a reader found it by would then find it
 // where it does not belong, or miss it where it does.
 func (o *storedClaim) checkLabels(c store.Claim) error {
-	want := newClaimObject(o.Metadata.Name, c, false).Labels
+	want := newClaimObject(o.Metadata.Name, c, "").Labels
 	var labels map[string]string
 	if len(o.Metadata.Labels) > 0 {
 		if err := json.Unmarshal(o.Metadata.Labels, &labels); err != nil {

@@ -43,10 +43,6 @@ var errGone = errors.New("watch history compacted")
 // Objects that are no valid claims are skipped and logged (Options.Logger),
 // naming the object and the field.
 func (s *Store) Watch(ctx context.Context, h store.WatchHandler) error {
-	if s.view.feed() {
-		defer s.view.stop()
-		h = &viewFeeder{h: h, v: &s.view}
-	}
 	delay := retryMin
 	wait := func(err error) error {
 		s.log.Warn("kubestore: watch interrupted", "err", err, "retry", delay)
@@ -95,37 +91,17 @@ func (s *Store) Watch(ctx context.Context, h store.WatchHandler) error {
 // the list's resourceVersion.
 func (s *Store) reset(ctx context.Context, h store.WatchHandler) (string, error) {
 	var claims []store.Claim
-	var rv, cont string
-	for {
-		req := s.client.Get().Resource(ClaimResource).Param("limit", strconv.Itoa(watchPage))
-		if cont != "" {
-			req = req.Param("continue", cont)
-		}
-		raw, err := s.do(ctx, req)
+	rv, err := s.eachClaim(ctx, func(item json.RawMessage) bool {
+		c, _, err := decodeClaim(item)
 		if err != nil {
-			return "", err
+			s.log.Warn("kubestore: watch skips an object that is no valid claim", "err", err)
+			return true
 		}
-		list := &objectList{}
-		if err := json.Unmarshal(raw, list); err != nil {
-			return "", fmt.Errorf("decoding the list of %s: %w", ClaimResource, err)
-		}
-		for _, item := range list.Items {
-			c, _, err := decodeClaim(item)
-			if err != nil {
-				s.log.Warn("kubestore: watch skips an object that is no valid claim", "err", err)
-				continue
-			}
-			claims = append(claims, c)
-		}
-		if rv == "" {
-			rv = list.Metadata.ResourceVersion
-		}
-		if cont = list.Metadata.Continue; cont == "" {
-			break
-		}
-	}
-	if f, ok := h.(*viewFeeder); ok {
-		f.v.reset(claims, revisionOf(rv))
+		claims = append(claims, c)
+		return true
+	})
+	if err != nil {
+		return "", err
 	}
 	h.Reset(claims)
 	return rv, nil
@@ -195,18 +171,12 @@ func (s *Store) follow(ctx context.Context, h store.WatchHandler, rv string) (st
 			}
 			if err != nil {
 				s.log.Warn("kubestore: watch skips an object that is no valid claim", "event", e.Type, "err", err)
-				advance(h, rv)
 				continue
 			}
-			ev := store.Event{Claim: c, Deleted: e.Type == "DELETED"}
-			if f, ok := h.(*viewFeeder); ok {
-				f.v.apply(ev, c.Revision)
-			}
-			h.Apply(ev)
+			h.Apply(store.Event{Claim: c, Deleted: e.Type == "DELETED"})
 		case "BOOKMARK":
 			if v := o.Metadata.ResourceVersion; typeErr == nil && v != "" {
 				rv = v
-				advance(h, rv)
 			}
 		case "ERROR":
 			if typeErr != nil {
@@ -221,28 +191,4 @@ func (s *Store) follow(ctx context.Context, h store.WatchHandler, rv string) (st
 			return rv, progressed, fmt.Errorf("watch event of unknown type %q", e.Type)
 		}
 	}
-}
-
-// viewFeeder is the handler of the Watch that feeds the Store's view: the
-// view, then the caller's handler, so that a handler that has been told of a
-// claim can find it in the view.
-type viewFeeder struct {
-	h store.WatchHandler
-	v *view
-}
-
-func (f *viewFeeder) Reset(claims []store.Claim) { f.h.Reset(claims) }
-func (f *viewFeeder) Apply(e store.Event)        { f.h.Apply(e) }
-
-// advance tells the view, if h feeds it, that the watch got to rv.
-func advance(h store.WatchHandler, rv string) {
-	if f, ok := h.(*viewFeeder); ok {
-		f.v.advance(revisionOf(rv))
-	}
-}
-
-// revisionOf parses a resourceVersion, 0 if it is not one.
-func revisionOf(rv string) int64 {
-	n, _ := parseRevision(rv)
-	return n
 }

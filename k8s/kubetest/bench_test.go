@@ -98,11 +98,11 @@ func benchRawCreate(b *testing.B, n int) {
 	inParallel(b, n, func(i int) error {
 		k := seq.Add(1)
 		ip := netip.AddrFrom4([4]byte{10, 64, byte(k >> 8), byte(k)})
-		name, _ := kubestore.ClaimName(pool.Name, ip)
+		name, _ := kubestore.ClaimName(ip)
 		body := fmt.Sprintf(`{"apiVersion":"ipam.ipamkit.io/v1alpha1","kind":"IPClaim",`+
-			`"metadata":{"name":%q,"labels":{%q:%q,%q:"%x",%q:"uid-%d",%q:"true"}},`+
+			`"metadata":{"name":%q,"labels":{%q:%q,%q:"%x",%q:"uid-%d"}},`+
 			`"spec":{"pool":%q,"ip":%q,"owner":{"namespace":"bench","name":"pod-%d","uid":"uid-%d","interface":"eth0"},"time":"2024-05-01T12:34:56.789Z"}}`,
-			name, kubestore.LabelPool, pool.Name, kubestore.LabelIP, ip.AsSlice(), kubestore.LabelUID, k, kubestore.LabelCursor,
+			name, kubestore.LabelPool, pool.Name, kubestore.LabelIP, ip.AsSlice(), kubestore.LabelUID, k,
 			pool.Name, ip, k, k)
 		return clients[i].Post().Resource(kubestore.ClaimResource).Body([]byte(body)).Do(context.Background()).Error()
 	})

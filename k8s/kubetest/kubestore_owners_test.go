@@ -170,7 +170,7 @@ func TestOwnedSharedLabel(t *testing.T) {
 			// The premise: both objects carry one value of the label.
 			var values []string
 			for _, c := range claims {
-				name, _ := kubestore.ClaimName(c.Pool, c.IP)
+				name, _ := kubestore.ClaimName(c.IP)
 				obj, err := dynamic.NewForConfigOrDie(srv.Config()).Resource(claimsGVR).Get(t.Context(), name, metav1.GetOptions{})
 				if err != nil {
 					t.Fatal(err)

@@ -1,7 +1,6 @@
 package kubetest_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -28,17 +27,18 @@ import (
 var (
 	claimsGVR  = schema.GroupVersionResource{Group: kubestore.Group, Version: kubestore.Version, Resource: kubestore.ClaimResource}
 	cursorsGVR = schema.GroupVersionResource{Group: kubestore.Group, Version: kubestore.Version, Resource: kubestore.CursorResource}
+	ownersGVR  = schema.GroupVersionResource{Group: kubestore.Group, Version: kubestore.Version, Resource: kubestore.OwnerResource}
 )
 
 // cmpAddr compares addresses by value.
 var cmpAddr = cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
 
-// emptyBackend deletes every IPClaim and IPCursor, so that the next test
-// starts on an empty store.
+// emptyBackend deletes every IPClaim, IPOwner and IPCursor, so that the
+// next test starts on an empty store.
 func emptyBackend(t testing.TB) {
 	t.Helper()
 	dyn := dynamic.NewForConfigOrDie(srv.Config())
-	for _, gvr := range []schema.GroupVersionResource{claimsGVR, cursorsGVR} {
+	for _, gvr := range []schema.GroupVersionResource{claimsGVR, ownersGVR, cursorsGVR} {
 		if err := dyn.Resource(gvr).DeleteCollection(t.Context(), metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
 			t.Fatalf("deleting every %s: %v", gvr.Resource, err)
 		}
@@ -56,7 +56,7 @@ func newStore(t testing.TB) *kubestore.Store {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Opener {
+	storetest.RunConfig(t, storetest.Config{AddressesUnique: true}, func(t *testing.T) storetest.Opener {
 		emptyBackend(t)
 		return func() store.Store { return newStore(t) }
 	})
@@ -73,6 +73,24 @@ func createRaw(t *testing.T, name string, labels map[string]string, spec map[str
 	obj.SetLabels(labels)
 	if _, err := dynamic.NewForConfigOrDie(srv.Config()).Resource(claimsGVR).Create(t.Context(), obj, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating %s by hand: %v", name, err)
+	}
+}
+
+// createRawIndex writes the IPOwner of q by hand, listing the addresses ips
+// of pool.
+func createRawIndex(t *testing.T, q store.OwnerQuery, pool string, ips ...string) {
+	t.Helper()
+	var entries []any
+	for _, ip := range ips {
+		entries = append(entries, map[string]any{"pool": pool, "ip": ip, "token": "by-hand"})
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": kubestore.Group + "/" + kubestore.Version, "kind": "IPOwner",
+		"metadata": map[string]any{"name": kubestore.OwnerIndexName(q)},
+		"spec":     map[string]any{"kind": q.Kind.String(), "id": q.ID, "claims": entries},
+	}}
+	if _, err := dynamic.NewForConfigOrDie(srv.Config()).Resource(ownersGVR).Create(t.Context(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the index of %s by hand: %v", q, err)
 	}
 }
 
@@ -114,11 +132,14 @@ func TestBadObjects(t *testing.T) {
 	ctx := t.Context()
 	owner := map[string]any{"namespace": "ns", "name": "web-0", "uid": "u1", "interface": "eth0"}
 	labels := map[string]string{kubestore.LabelPool: "bad", kubestore.LabelUID: "u1"}
-	createRaw(t, "bad.10.0.0.2", labels, map[string]any{"pool": "bad", "ip": "10.0.0.300", "owner": owner})
-	createRaw(t, "bad.10.0.0.3", labels, map[string]any{"pool": "bad", "ip": "10.0.0.4", "owner": owner})
-	createRaw(t, "bad.10.0.0.5", labels, map[string]any{"pool": "bad", "ip": "10.0.0.5", "owner": owner, "time": "yesterday"})
-	createRaw(t, "bad.10.0.0.7", map[string]string{kubestore.LabelPool: "bad"},
+	createRaw(t, "10.0.0.2", labels, map[string]any{"pool": "bad", "ip": "10.0.0.300", "owner": owner})
+	createRaw(t, "10.0.0.3", labels, map[string]any{"pool": "bad", "ip": "10.0.0.4", "owner": owner})
+	createRaw(t, "10.0.0.5", labels, map[string]any{"pool": "bad", "ip": "10.0.0.5", "owner": owner, "time": "yesterday"})
+	createRaw(t, "10.0.0.7", map[string]string{kubestore.LabelPool: "bad"},
 		map[string]any{"pool": "bad", "ip": "10.0.0.7", "owner": map[string]any{"name": "nobody"}})
+	// u1's owner index lists two of them, as if they had been written by a
+	// Store and then spoilt.
+	createRawIndex(t, store.ByUID("u1"), "bad", "10.0.0.2", "10.0.0.5")
 
 	s := newStore(t)
 	good, err := s.Create(ctx, store.Claim{Pool: "bad", IP: netip.MustParseAddr("10.0.0.9"),
@@ -129,20 +150,18 @@ func TestBadObjects(t *testing.T) {
 
 	claims, err := s.List(ctx, "bad")
 	wantCorrupt(t, "List(bad)", err, map[string]string{
-		"bad.10.0.0.2": "spec.ip", "bad.10.0.0.3": "metadata.name", "bad.10.0.0.5": "spec.time", "bad.10.0.0.7": "spec.owner",
+		"10.0.0.2": "spec.ip", "10.0.0.3": "metadata.name", "10.0.0.5": "spec.time", "10.0.0.7": "spec.owner",
 	})
 	if diff := cmp.Diff([]store.Claim{good}, claims, cmpAddr); diff != "" {
 		t.Fatalf("List(bad) claims (-want +got):\n%s", diff)
 	}
 	owned, err := s.Owned(ctx, store.ByUID("u1"))
-	wantCorrupt(t, "Owned(u1)", err, map[string]string{
-		"bad.10.0.0.2": "spec.ip", "bad.10.0.0.3": "metadata.name", "bad.10.0.0.5": "spec.time",
-	})
+	wantCorrupt(t, "Owned(u1)", err, map[string]string{"10.0.0.2": "spec.ip", "10.0.0.5": "spec.time"})
 	if diff := cmp.Diff([]store.Claim{good}, owned, cmpAddr); diff != "" {
 		t.Fatalf("Owned(u1) claims (-want +got):\n%s", diff)
 	}
 	_, err = s.Get(ctx, "bad", netip.MustParseAddr("10.0.0.2"))
-	wantCorrupt(t, "Get(bad/10.0.0.2)", err, map[string]string{"bad.10.0.0.2": "spec.ip"})
+	wantCorrupt(t, "Get(bad/10.0.0.2)", err, map[string]string{"10.0.0.2": "spec.ip"})
 
 	// The addresses the bad objects' names hold stay taken.
 	for _, ip := range []string{"10.0.0.2", "10.0.0.3", "10.0.0.5", "10.0.0.7"} {
@@ -235,65 +254,62 @@ func newCountingStore(t testing.TB, n *atomic.Int64) *kubestore.Store {
 	return s
 }
 
-// TestOwnedAtLeastFromWatch: while a Watch of the reader runs, its
-// OwnedAtLeast answers from what the watch reported, without a request once
-// the watch has reported the revision, and has every claim written up to
-// it, by any client; when the Watch ends, it asks the server again.
-func TestOwnedAtLeastFromWatch(t *testing.T) {
+// TestPruneByToken: a Delete prunes from the owner's index the entry of the
+// claim it deleted (the token in the claim's annotation), not every entry
+// of the address: another entry of it, as a create of the same address
+// under way writes before its claim, stays, so that claim cannot go
+// missing from its owner's index. (TestFlatRequests shows an index left
+// with no entry deleted.)
+func TestPruneByToken(t *testing.T) {
 	emptyBackend(t)
-	writer := newStore(t)
-	var requests atomic.Int64
-	reader := newCountingStore(t, &requests)
-	v := newView()
-	wctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- reader.Watch(wctx, v) }()
-	v.waitFor(t, "the first list", map[string]int64{})
-	// The same owner on two interfaces and a stable owner, from goroutines.
-	var wg sync.WaitGroup
-	var asked atomic.Int64
-	for g := range 8 {
-		wg.Go(func() {
-			for r := range 10 {
-				o := store.Owner{Namespace: "ns", Name: fmt.Sprintf("db-%d", g), UID: fmt.Sprintf("fw-%d-%d", g, r), Interface: fmt.Sprint("eth", r%2), Stable: g%2 == 0}
-				c, err := writer.Create(t.Context(), store.Claim{Pool: "fromwatch", IP: netip.AddrFrom4([4]byte{10, 67, byte(g), byte(r)}), Owner: o})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				// Once the watch has told v of the claim, the view has it.
-				v.waitHas(t, c)
-				before := requests.Load()
-				got, err := reader.OwnedAtLeast(t.Context(), o.Query(), c.Revision)
-				if err != nil || !slices.ContainsFunc(got, func(x store.Claim) bool { return x.Revision == c.Revision }) {
-					t.Errorf("OwnedAtLeast(%s, %d) = %v, %v; want the claim just made", o.Query(), c.Revision, got, err)
-				}
-				if o.Stable {
-					// Every claim of the stable owner made so far.
-					all, err := reader.OwnedAtLeast(t.Context(), store.ByName("ns", o.Name), c.Revision)
-					if err != nil || len(all) != r+1 {
-						t.Errorf("OwnedAtLeast(%s, %d): %d claims, %v; want %d", store.ByName("ns", o.Name), c.Revision, len(all), err, r+1)
-					}
-				}
-				asked.Add(requests.Load() - before)
-			}
-		})
-	}
-	wg.Wait()
-	if n := asked.Load(); n != 0 {
-		t.Errorf("%d requests while OwnedAtLeast answered from the watch, want 0", n)
-	}
-	cancel()
-	<-done
-	before := requests.Load()
-	c, err := writer.Create(t.Context(), store.Claim{Pool: "fromwatch", IP: netip.MustParseAddr("10.67.99.1"), Owner: store.Owner{UID: "fw-after"}})
+	ctx := t.Context()
+	s := newStore(t)
+	owner := store.Owner{UID: "prune-a", Interface: "eth0"}
+	c, err := s.Create(ctx, store.Claim{Pool: "prune", IP: netip.MustParseAddr("10.71.0.1"), Owner: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := reader.OwnedAtLeast(t.Context(), store.ByUID("fw-after"), c.Revision); err != nil || len(got) != 1 {
-		t.Fatalf("OwnedAtLeast after the Watch ended = %v, %v; want the claim", got, err)
+	owners := dynamic.NewForConfigOrDie(srv.Config()).Resource(ownersGVR)
+	name := kubestore.OwnerIndexName(store.ByUID("prune-a"))
+	entries := func() []any {
+		t.Helper()
+		obj, err := owners.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, _, _ := unstructured.NestedSlice(obj.Object, "spec", "claims")
+		return e
 	}
-	if requests.Load() == before {
-		t.Error("OwnedAtLeast after the Watch ended made no request")
+	if got := entries(); len(got) != 1 {
+		t.Fatalf("the index after a create has %v, want one entry", got)
+	}
+	// A second entry of the address, as a create under way writes.
+	obj, err := owners.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	under := map[string]any{"pool": "prune", "ip": "10.71.0.1", "token": "under-way"}
+	if err := unstructured.SetNestedSlice(obj.Object, append(entries(), under), "spec", "claims"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owners.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := newStore(t).Delete(ctx, c.Pool, c.IP, c.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]any{under}, entries()); diff != "" {
+		t.Fatalf("the index after the Delete (-want +got):\n%s", diff)
+	}
+	// Another claim of the owner comes and goes; the entry under way stays.
+	c, err = s.Create(ctx, store.Claim{Pool: "prune", IP: netip.MustParseAddr("10.71.0.2"), Owner: owner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, c.Pool, c.IP, c.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(); len(got) != 1 {
+		t.Fatalf("the index after a create and a delete has %v, want the entry under way alone", got)
 	}
 }

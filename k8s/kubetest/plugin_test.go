@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -17,9 +18,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ipamkit/ipam/k8s/kubepools"
+	"github.com/ipamkit/ipam/k8s/kubestore"
+	"github.com/ipamkit/ipam/store"
 )
 
 // The programs the tests run, built once per test binary: the CNI plugin
@@ -311,5 +316,75 @@ func TestPluginInitCost(t *testing.T) {
 	// (every API group's scheme) would add megabytes.
 	if bytesTotal > 2<<20 {
 		t.Errorf("the plugin's packages allocate %d bytes at start-up, want under 2 MiB", bytesTotal)
+	}
+}
+
+// TestPluginDelByUID: with K8S_POD_UID, DEL finds the pod's claims by its
+// UID, through the owner index (GETs by name), and releases only those of
+// its own container: a DEL of an older sandbox of the same pod leaves the
+// claims of the current one. The claim's container label is removed by
+// hand, so that only a read by UID finds it: a DEL that listed by container
+// ID would leave it. Without K8S_POD_UID, DEL still releases, by container
+// ID (the slow path). ADD records the round-robin cursor per pool and node.
+func TestPluginDelByUID(t *testing.T) {
+	emptyBackend(t)
+	ctx := t.Context()
+	kubeconfig := kubeconfigFile(t)
+	applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", "del-a", map[string]any{
+		"ipVersion": int64(4), "subnet": "10.52.0.0/24", "ips": []any{"10.52.0.10-10.52.0.19"}, "gateway": "10.52.0.1",
+	})
+	t.Cleanup(func() { deleteSpiderObjects(t, kubepools.IPPoolResource, "del-a") })
+	c := newGCCluster(t, "deluid")
+	c.node("del-node", true)
+	pod := c.pod(podSpec{name: "web", node: "del-node", phase: corev1.PodRunning})
+	conf := pluginConf(t, kubeconfig, `, "default_ipv4_ippool": ["del-a"]`)
+	st := newStore(t)
+
+	add := cniCall{command: "ADD", container: "c-1", ifname: "eth0", args: podArgs(pod), conf: conf}
+	ip := add.ok(t).addr(t)
+	cur, err := dynamic.NewForConfigOrDie(srv.Config()).Resource(cursorsGVR).Get(ctx, "del-a.del-node", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the cursor of pool del-a on node del-node: %v", err)
+	}
+	if got, _, _ := unstructured.NestedString(cur.Object, "spec", "ip"); got != ip.String() {
+		t.Fatalf("the cursor of del-a on del-node is %q, want %s", got, ip)
+	}
+
+	// Only a read by UID finds the claim now.
+	name, _ := kubestore.ClaimName(ip)
+	claims := dynamic.NewForConfigOrDie(srv.Config()).Resource(claimsGVR)
+	obj, err := claims.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels := obj.GetLabels()
+	delete(labels, kubestore.LabelContainer)
+	obj.SetLabels(labels)
+	if _, err := claims.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	old := add
+	old.command, old.container = "DEL", "c-0"
+	old.ok(t)
+	if _, err := st.Get(ctx, "del-a", ip); err != nil {
+		t.Fatalf("DEL of another sandbox of the pod released its claim: %v", err)
+	}
+	del := add
+	del.command = "DEL"
+	del.ok(t)
+	if got, err := st.Get(ctx, "del-a", ip); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after DEL with K8S_POD_UID: %+v, %v; want the claim released", got, err)
+	}
+
+	// Without K8S_POD_UID: by container ID.
+	add.container = "c-2"
+	ip2 := add.ok(t).addr(t)
+	noUID := add
+	noUID.command = "DEL"
+	noUID.args = fmt.Sprintf("IgnoreUnknown=1;K8S_POD_NAMESPACE=%s;K8S_POD_NAME=%s", pod.Namespace, pod.Name)
+	noUID.ok(t)
+	if got, err := st.Get(ctx, "del-a", ip2); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after DEL without K8S_POD_UID: %+v, %v; want the claim released", got, err)
 	}
 }

@@ -196,7 +196,7 @@ func TestWatch(t *testing.T) {
 // is a stand-in that serves one list and one watch stream: the real one
 // cannot be made to send such an event.
 func TestWatchEventOfWrongType(t *testing.T) {
-	name, _ := kubestore.ClaimName("blue", netip.MustParseAddr("10.0.0.2"))
+	name, _ := kubestore.ClaimName(netip.MustParseAddr("10.0.0.2"))
 	events := `{"type":"ADDED","object":{"metadata":{"name":"x","resourceVersion":"11"},"spec":{"pool":"blue","ip":7}}}` + "\n" +
 		fmt.Sprintf(`{"type":"ADDED","object":{"apiVersion":"ipam.ipamkit.io/v1alpha1","kind":"IPClaim",`+
 			`"metadata":{"name":%q,"resourceVersion":"12","managedFields":[{"manager":"m","operation":"Update","time":"2024-05-01T12:00:00Z"}]},`+

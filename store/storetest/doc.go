@@ -40,7 +40,11 @@
 //   - CreateExists: a second Create of a claimed address fails with
 //     store.ErrExists, whoever asks, and leaves the first claim unchanged.
 //   - PoolsIndependent: the same address in two pools (named so that one is a
-//     prefix of the other) is two independent claims.
+//     prefix of the other) is two independent claims. With
+//     Config.AddressesUnique, instead: the second pool's Create fails with
+//     store.ErrExists; Get, List, Update and Delete in the second pool find
+//     nothing (store.ErrNotFound) and leave the first pool's claim as it
+//     was; once that is deleted, the second pool claims the address.
 //   - Update: Update at the current revision succeeds and changes the revision;
 //     at a stale revision it fails with store.ErrConflict and leaves the claim
 //     unchanged; of an absent address it fails with store.ErrNotFound and does
@@ -140,6 +144,8 @@
 //   - AddressClaims: only if the Store implements store.AddressReader: the
 //     claims of one address in two pools, and no other, through another
 //     instance; an Update and a Delete are seen; the zero address fails.
+//     With Config.AddressesUnique, at most one claim per address: the one
+//     pool's, and after a Delete another pool's.
 //   - AddressClaimsAtLeast: only if the Store implements
 //     store.AddressClaimsAtLeast: right after each Create and Update of one
 //     address through another instance, asked at that write's revision, it
@@ -148,10 +154,12 @@
 //     of every pool, both families, made through another instance, and no
 //     deleted one.
 //
-// RunConfig runs the suite for a Store that keeps less than a whole Owner:
-// with Config.ContainerOwners (host-local's format), the suite's owners have
-// only a container ID and an interface, and owners are asked for by
-// container ID.
+// RunConfig runs the suite for a Store that keeps less than a whole Owner,
+// or refuses more: with Config.ContainerOwners (host-local's format), the
+// suite's owners have only a container ID and an interface, and owners are
+// asked for by container ID; with Config.AddressesUnique (k8s/kubestore,
+// whose objects are named by address), an address is claimed in one pool at
+// a time, and no other check claims one address in two pools.
 //
 // Times are compared with a tolerance of one second, so that a store which keeps
 // claim times only to the second passes; the claims use a fixed time in 2024 with

@@ -81,7 +81,7 @@ func testOwned(t *testing.T, x *suite) {
 	net1v6 := at("green", "2001:db8::1", on(pod, "net1"))
 	legacy := at("blue", "10.0.0.9", pod) // no interface: host-local's legacy form, or a Spiderpool import
 	db := at("blue", "10.0.0.2", on(stable, "eth0"))
-	same := at("blue-2", "10.0.0.2", on(namesake, "eth0"))
+	same := at("blue-2", "10.0.0.4", on(namesake, "eth0"))
 	other := at("blue", "10.0.0.3", on(stranger, "eth0"))
 
 	for _, q := range x.queries(pod) {
@@ -698,9 +698,34 @@ func testAddressClaims(t *testing.T, x *suite) {
 	}
 	want("10.0.0.1")
 	a := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "a"))
-	b := mustCreate(t, s2, x.claim("blue-2", "10.0.0.1", "b"))
 	other := mustCreate(t, s2, x.claim("blue", "10.0.0.2", "c"))
 	v6 := mustCreate(t, s2, x.claim("green", "2001:db8::1", "d"))
+	if x.cfg.AddressesUnique {
+		// One pool at a time: the address's one claim, until it is
+		// released and claimed in another pool.
+		want("10.0.0.1", a)
+		want("10.0.0.2", other)
+		want("2001:db8::1", v6)
+		if err := s2.Delete(ctx, a.Pool, a.IP, a.Revision); err != nil {
+			t.Fatal(err)
+		}
+		want("10.0.0.1")
+		b := mustCreate(t, s2, x.claim("blue-2", "10.0.0.1", "b"))
+		moved := b
+		moved.Owner = x.owner("e")
+		moved, err := s2.Update(ctx, moved, b.Revision)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want("10.0.0.1", moved)
+		noPanic(t, "AddressClaims of the zero address", func() {
+			if _, err := ar.AddressClaims(ctx, netip.Addr{}); err == nil {
+				t.Error("AddressClaims of the zero address succeeded")
+			}
+		})
+		return
+	}
+	b := mustCreate(t, s2, x.claim("blue-2", "10.0.0.1", "b"))
 	want("10.0.0.1", a, b)
 	want("10.0.0.2", other)
 	want("2001:db8::1", v6)
@@ -744,15 +769,27 @@ func testAddressClaimsAtLeast(t *testing.T, x *suite) {
 	}
 	a := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "a"))
 	want("a create", a.Revision, a)
-	b := mustCreate(t, s2, x.claim("blue-2", "10.0.0.1", "b"))
-	want("a create in another pool", b.Revision, a, b)
+	held := []store.Claim{a}
+	b := a
+	if x.cfg.AddressesUnique {
+		// One pool at a time: released, then claimed in another pool.
+		if err := s2.Delete(ctx, a.Pool, a.IP, a.Revision); err != nil {
+			t.Fatal(err)
+		}
+		held = nil
+		b = mustCreate(t, s2, x.claim("blue-2", "10.0.0.1", "b"))
+		want("a create in another pool", b.Revision, b)
+	} else {
+		b = mustCreate(t, s2, x.claim("blue-2", "10.0.0.1", "b"))
+		want("a create in another pool", b.Revision, a, b)
+	}
 	moved := b
 	moved.Owner = x.owner("e")
 	moved, err := s2.Update(ctx, moved, b.Revision)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want("an update", moved.Revision, a, moved)
+	want("an update", moved.Revision, append(held, moved)...)
 }
 
 func testListAll(t *testing.T, x *suite) {
@@ -760,7 +797,7 @@ func testListAll(t *testing.T, x *suite) {
 	l := capability[store.ClaimLister](t, s1)
 	ctx := t.Context()
 	a := mustCreate(t, s2, x.claim("blue", "10.0.0.1", "a"))
-	b := mustCreate(t, s2, x.claim("blue-2", "10.0.0.1", "b"))
+	b := mustCreate(t, s2, x.claim("blue-2", "10.0.0.3", "b"))
 	c := mustCreate(t, s2, x.claim("green", "2001:db8::1", "c"))
 	gone := mustCreate(t, s2, x.claim("blue", "10.0.0.2", "d"))
 	if err := s2.Delete(ctx, gone.Pool, gone.IP, gone.Revision); err != nil {

@@ -29,6 +29,13 @@ type Config struct {
 	// interface, as host-local's format does: the suite's owners then have
 	// only those, and the owner checks ask by container ID only.
 	ContainerOwners bool
+	// AddressesUnique says the Store claims an address in one pool at a
+	// time, across every pool, as a Kubernetes store that names its objects
+	// by address does: a Create of an address that another pool holds
+	// fails with store.ErrExists. PoolsIndependent then checks that instead
+	// of two independent claims, and AddressClaims expects at most one
+	// claim per address.
+	AddressesUnique bool
 }
 
 // Run runs every check of the suite against the Store implementation that
@@ -253,6 +260,34 @@ func testPoolsIndependent(t *testing.T, x *suite) {
 	// "blue" is a prefix of "blue-2": a store that lists or deletes by key prefix
 	// without a separator mixes them up.
 	a := mustCreate(t, s, x.claim("blue", "10.0.0.1", "a"))
+	if x.cfg.AddressesUnique {
+		// One address, one pool at a time: the second pool's Create fails,
+		// and the second pool sees no claim it could update or delete.
+		got, err := x.open().Create(t.Context(), x.claim("blue-2", "10.0.0.1", "b"))
+		wantErr(t, fmt.Sprintf("Create(blue-2/10.0.0.1) while blue holds it returned %+v", got), err, store.ErrExists)
+		wantNotFound(t, s, "blue-2", a.IP)
+		wantList(t, s, "blue-2", nil)
+		u := a
+		u.Pool, u.Owner = "blue-2", x.owner("c")
+		if _, err := s.Update(t.Context(), u, a.Revision); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("Update(blue-2/10.0.0.1) at blue's revision: %v, want store.ErrNotFound", err)
+		}
+		if err := s.Delete(t.Context(), "blue-2", a.IP, a.Revision); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("Delete(blue-2/10.0.0.1) at blue's revision: %v, want store.ErrNotFound", err)
+		}
+		wantClaim(t, s, a)
+		wantList(t, s, "blue", []store.Claim{a})
+		// Released in the first pool, the address can be claimed in the second.
+		if err := s.Delete(t.Context(), a.Pool, a.IP, a.Revision); err != nil {
+			t.Fatalf("Delete(%s): %v", a.Key(), err)
+		}
+		b := mustCreate(t, s, x.claim("blue-2", "10.0.0.1", "b"))
+		wantNotFound(t, s, "blue", a.IP)
+		wantClaim(t, s, b)
+		wantList(t, s, "blue", nil)
+		wantList(t, s, "blue-2", []store.Claim{b})
+		return
+	}
 	b := mustCreate(t, s, x.claim("blue-2", "10.0.0.1", "b"))
 	wantClaim(t, s, a)
 	wantClaim(t, s, b)
@@ -374,7 +409,7 @@ func testList(t *testing.T, x *suite) {
 	}
 	// Claims of other pools, one of them named with "blue" as a prefix.
 	mustCreate(t, s, x.claim("blue-2", "10.0.0.3", "x"))
-	mustCreate(t, s, x.claim("green", "10.0.0.1", "y"))
+	mustCreate(t, s, x.claim("green", "10.0.2.1", "y"))
 	wantList(t, s, "blue", want)
 
 	got, err := s.List(t.Context(), "blue")
@@ -448,11 +483,15 @@ func testCreateRaceInstances(t *testing.T, x *suite) {
 // none.
 func raceCreate(t *testing.T, x *suite, stores []store.Store, check store.Store, pool string, cursors bool) {
 	ips := make([]netip.Addr, raceAddrs)
+	var net byte // apart from the addresses the cursor checks claim before
+	if cursors {
+		net = 200
+	}
 	for i := range ips {
 		if i%2 == 0 {
-			ips[i] = netip.AddrFrom4([4]byte{10, 0, 0, byte(i)})
+			ips[i] = netip.AddrFrom4([4]byte{10, 0, net, byte(i)})
 		} else {
-			ips[i] = netip.AddrFrom16([16]byte{0: 0x20, 1: 0x01, 2: 0x0d, 3: 0xb8, 15: byte(i)})
+			ips[i] = netip.AddrFrom16([16]byte{0: 0x20, 1: 0x01, 2: 0x0d, 3: 0xb8, 14: net, 15: byte(i)})
 		}
 	}
 	type result struct {

@@ -28,11 +28,18 @@ const mutantEnv = "STORETEST_MUTANT"
 // races) are listed only where the bug makes them fail every time.
 var mutants = []struct {
 	name string
+	cfg  storetest.Config
 	open func(t *testing.T) storetest.Opener
 	fail []string // subtests that must fail; only these and skip are run
 	skip []string // subtests that must be skipped
 }{
 	{name: "correct", open: shared(nil)},
+	{
+		name: "pools-not-unique", // said to claim an address in one pool at a time, but does not
+		cfg:  storetest.Config{AddressesUnique: true},
+		open: shared(nil),
+		fail: []string{"PoolsIndependent"},
+	},
 	{
 		name: "create-overwrites", // a read-then-write "create or update"
 		open: shared(func(m *mutant) { m.createOverwrites = true }),
@@ -253,7 +260,7 @@ func TestMutantHelper(t *testing.T) {
 	}
 	for _, m := range mutants {
 		if m.name == name {
-			storetest.Run(t, m.open)
+			storetest.RunConfig(t, m.cfg, m.open)
 			return
 		}
 	}

@@ -1,7 +1,8 @@
 // Package crd holds the CustomResourceDefinitions of package kubestore,
-// IPClaim and IPCursor (ipam.ipamkit.io/v1alpha1), as the YAML files beside
-// it: apply them to a cluster (kubectl apply -f k8s/config/crd/) before a
-// kubestore.Store is used, or install them from a program with Manifests.
+// IPClaim, IPOwner and IPCursor (ipam.ipamkit.io/v1alpha1), as the YAML
+// files beside it: apply them to a cluster (kubectl apply -f
+// k8s/config/crd/) before a kubestore.Store is used, or install them from a
+// program with Manifests.
 package crd
 
 import "embed"
