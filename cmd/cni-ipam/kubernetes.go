@@ -157,7 +157,11 @@ type kubeCluster struct {
 }
 
 func (k *kubeCluster) request(ctx context.Context, pod podArgs, containerID, ifname string, nc ipam.NetConf) (ipam.Request, error) {
-	return podRequest(ctx, k.c, pod, containerID, ifname, nc)
+	req, err := podRequest(ctx, k.c, pod, containerID, ifname, nc)
+	if err == nil && req.Node != "" {
+		k.st.SetNode(req.Node)
+	}
+	return req, err
 }
 
 // podReader reads the objects a pod's request is made of: a
@@ -191,7 +195,6 @@ func podRequest(ctx context.Context, r podReader, pod podArgs, containerID, ifna
 		if n, err = r.Node(ctx, p.Spec.NodeName); err != nil {
 			return ipam.Request{}, err
 		}
-		k.st.SetNode(p.Spec.NodeName)
 	}
 	req := k8s.Request(p, ns, n, ipam.NIC{Name: ifname})
 	req.ContainerID = containerID
