@@ -27,6 +27,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
@@ -61,13 +62,16 @@ func seedAddr(k int) (pool string, ip netip.Addr) {
 	return scalePool(p), netip.AddrFrom4([4]byte{10, byte(100 + p), byte(j >> 8), byte(j)})
 }
 
+// seedNode is the node of seeded claim k's pod: one of scaleOwnerNodes (a
+// name only: neither pods nor nodes are created).
+func seedNode(k int) string { return fmt.Sprint("seed-node-", k%scaleOwnerNodes) }
+
 // seedClaim is the claim of seeded claim k: its own pod, in one of
-// scaleNamespaces namespaces, on one of scaleOwnerNodes nodes (a name only:
-// neither pods nor nodes are created).
+// scaleNamespaces namespaces, on seedNode(k).
 func seedClaim(k int) store.Claim {
 	pool, ip := seedAddr(k)
 	return store.Claim{Pool: pool, IP: ip, Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
-		Owner: store.Owner{Namespace: fmt.Sprintf("seed-%d", k%scaleNamespaces), Name: fmt.Sprintf("pod-%d-node-%d", k, k%scaleOwnerNodes),
+		Owner: store.Owner{Namespace: fmt.Sprintf("seed-%d", k%scaleNamespaces), Name: fmt.Sprintf("pod-%d-on-%s", k, seedNode(k)),
 			UID: fmt.Sprintf("seed-uid-%d", k), ContainerID: fmt.Sprintf("seed-c-%d", k), Interface: "eth0"}}
 }
 
@@ -103,8 +107,15 @@ func recordedClaims(t testing.TB, agent string, from, to int) []kubetest.Object 
 	if cc, ok := st.(store.CursorCreator); ok {
 		create = cc.CreateAndSetCursor
 	}
+	// A Store that keeps cursors per node is told the pod's, as the
+	// plugin tells it.
+	setNode := func(string) {}
+	if n, ok := st.(interface{ SetNode(string) }); ok {
+		setNode = n.SetNode
+	}
 	ctx := context.Background()
 	for k := from; k < to; k++ {
+		setNode(seedNode(k))
 		if _, err := create(ctx, seedClaim(k)); err != nil {
 			t.Fatalf("recording seeded claim %d: %v", k, err)
 		}
@@ -155,6 +166,24 @@ func seedScaleClaims(t testing.TB, from, to int) {
 		time.Since(start).Round(time.Millisecond), recording.Round(time.Millisecond), seeding.Round(time.Millisecond), time.Since(t2).Round(time.Millisecond))
 }
 
+// emptyScale deletes every object of the Store (claims and whatever else
+// it writes) straight from etcd, with the API server stopped: emptyBackend
+// would take minutes over hundreds of thousands.
+func emptyScale(t testing.TB) {
+	t.Helper()
+	if err := srv.StopAPI(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := srv.Unseed(context.Background(), schema.GroupResource{Group: kubestore.Group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.StartAPI(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("deleted %d objects of the Store", n)
+}
+
 // settle returns when the API server serves what etcd holds (a consistent
 // list is served once the watch cache has caught up with etcd) and has
 // stopped working on it: when a second of this process's CPU time grows by
@@ -203,7 +232,11 @@ func TestSeedMatchesStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var st store.Store = s
 	for k := range n {
+		if ns, ok := st.(interface{ SetNode(string) }); ok {
+			ns.SetNode(seedNode(k))
+		}
 		if _, err := s.CreateAndSetCursor(ctx, seedClaim(k)); err != nil {
 			t.Fatal(err)
 		}
@@ -214,8 +247,9 @@ func TestSeedMatchesStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	emptyBackend(t)
-	if got, err := srv.Seed(ctx, slices.Values(recordedClaims(t, "kubetest-seed", 0, n))); err != nil || got != n {
-		t.Fatalf("Seed: %d objects, %v; want %d", got, err, n)
+	objs := recordedClaims(t, "kubetest-seed", 0, n)
+	if got, err := srv.Seed(ctx, slices.Values(objs)); err != nil || got != len(objs) {
+		t.Fatalf("Seed: %d objects, %v; want %d", got, err, len(objs))
 	}
 	seeded := stored()
 	if len(viaAPI) < n || len(seeded) != len(viaAPI) {
@@ -249,6 +283,15 @@ func TestSeedMatchesStore(t *testing.T) {
 	if d := cmp.Diff(byKey(apiList), byKey(seedList), cmpAddr); d != "" {
 		t.Errorf("claims read back differ (-api +seeded):\n%s", d)
 	}
+	// Each seeded claim is found by its owner (through whatever index the
+	// Store keeps).
+	for k := range n {
+		want := seedClaim(k)
+		got, err := s.Owned(ctx, want.Owner.Query())
+		if err != nil || len(got) != 1 || got[0].Key() != want.Key() {
+			t.Errorf("Owned(%s) of a seeded claim = %v, %v; want %s", want.Owner.Query(), got, err, want.Key())
+		}
+	}
 	// A seeded name is taken: Create fails with ErrExists, and Seed does
 	// not write over it.
 	if _, err := s.Create(ctx, seedClaim(0)); !errors.Is(err, store.ErrExists) {
@@ -261,8 +304,10 @@ func TestSeedMatchesStore(t *testing.T) {
 }
 
 // normalize drops what differs between two creates of one object: its uid,
-// times and resourceVersion.
+// times and resourceVersion, and the Store's random tokens (any field named
+// token or .../token).
 func normalize(o map[string]any) {
+	dropTokens(o)
 	meta := o["metadata"].(map[string]any)
 	delete(meta, "uid")
 	delete(meta, "creationTimestamp")
@@ -270,6 +315,23 @@ func normalize(o map[string]any) {
 	if mf, ok := meta["managedFields"].([]any); ok {
 		for _, f := range mf {
 			delete(f.(map[string]any), "time")
+		}
+	}
+}
+
+func dropTokens(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			if k == "token" || strings.HasSuffix(k, "/token") {
+				delete(v, k)
+				continue
+			}
+			dropTokens(x)
+		}
+	case []any:
+		for _, x := range v {
+			dropTokens(x)
 		}
 	}
 }
@@ -546,7 +608,8 @@ func BenchmarkClusterScale(b *testing.B) {
 	if err != nil {
 		b.Fatalf("-scale.claims: %v", err)
 	}
-	emptyBackend(b)
+	emptyScale(b)
+	b.Cleanup(func() { emptyScale(b) })
 	writeScalePools(b)
 	dir := programs(b)
 	kubeconfig := kubeconfigFile(b)
@@ -715,7 +778,7 @@ type livePod struct {
 // The default run takes some 40 seconds on a loaded machine; the issue's
 // is -scale.fault.claims=50000 -scale.fault.duration=2m.
 func TestClusterFault(t *testing.T) {
-	emptyBackend(t)
+	emptyScale(t)
 	writeScalePools(t)
 	seedScaleClaims(t, 0, *faultClaims)
 	for _, mode := range []string{"exec", "agent"} {
@@ -726,7 +789,7 @@ func TestClusterFault(t *testing.T) {
 			faultRun(t, mode == "agent")
 		})
 	}
-	emptyBackend(t)
+	emptyScale(t)
 }
 
 // faultRun is one run of TestClusterFault, through agents or not.

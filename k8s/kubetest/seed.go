@@ -112,6 +112,34 @@ func (s *Server) Seed(ctx context.Context, objs iter.Seq[Object]) (int, error) {
 	return int(written.Load()), err
 }
 
+// Unseed deletes every object of gr straight from etcd, or with an empty
+// gr.Resource every object of the group gr.Group, and returns how many it
+// deleted: with the API server stopped (StopAPI), for the data of a scale
+// test, which a DeleteCollection through the API takes minutes to remove.
+// The API server's watch cache, if it runs, follows the deletes one by
+// one.
+func (s *Server) Unseed(ctx context.Context, gr schema.GroupResource) (int64, error) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.etcdURL}, DialTimeout: requestTimeout, Logger: zap.NewNop()})
+	if err != nil {
+		return 0, fmt.Errorf("kubetest: unseeding: %w", err)
+	}
+	defer c.Close()
+	prefix := etcdPrefix + "/" + gr.Group + "/"
+	if gr.Group == "" {
+		prefix = etcdPrefix + "/"
+	}
+	if gr.Resource != "" {
+		prefix += gr.Resource + "/"
+	} else if gr.Group == "" {
+		return 0, fmt.Errorf("kubetest: unseeding: neither a group nor a resource given")
+	}
+	resp, err := c.Delete(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, fmt.Errorf("kubetest: unseeding %s: %w", prefix, err)
+	}
+	return resp.Deleted, nil
+}
+
 // builtinResources are the kinds of builtin.go, stored as custom resources
 // are but without a generation.
 var builtinResources = map[schema.GroupResource]bool{}
@@ -144,7 +172,7 @@ func storedForm(o Object, now time.Time) (string, []byte, error) {
 	}
 	delete(meta, "resourceVersion")
 	delete(meta, "managedFields")
-	fields, err := managedFields(obj)
+	fields, err := managedFields(obj, o.Operation == "Apply")
 	if err != nil {
 		return "", nil, fmt.Errorf("kubetest: seeding %s %s: %w", o.Resource, name, err)
 	}
@@ -194,17 +222,20 @@ var stripped = fieldpath.NewSet(
 	fieldpath.MakePathOrDie("metadata", "resourceVersion"),
 )
 
-// managedFields returns the fieldsV1 of a create of obj: every field it
-// sets, as the API server's field manager records them for a schema that
-// deduces the type (maps of fields, atomic lists), less the metadata it
-// strips.
-func managedFields(obj map[string]any) (any, error) {
+// managedFields returns the fieldsV1 of a create (or, with apply, a
+// server-side apply) of obj: every field it sets, as the API server's field
+// manager records them for a schema that deduces the type (maps of fields,
+// atomic lists), less the metadata it strips.
+func managedFields(obj map[string]any, apply bool) (any, error) {
 	var key strings.Builder
+	if apply {
+		key.WriteString("apply:")
+	}
 	shape(&key, obj)
 	if f, ok := fieldsByShape.Load(key.String()); ok {
 		return f, nil
 	}
-	f, err := fieldsOf(obj)
+	f, err := fieldsOf(obj, apply)
 	if err == nil {
 		fieldsByShape.Store(key.String(), f)
 	}
@@ -239,8 +270,9 @@ func shape(b *strings.Builder, v any) {
 	}
 }
 
-// fieldsOf works out managedFields.
-func fieldsOf(obj map[string]any) (any, error) {
+// fieldsOf works out managedFields: of an apply, the fields it sets (its
+// leaves); of a create, those and the maps that hold them.
+func fieldsOf(obj map[string]any, apply bool) (any, error) {
 	tv, err := typed.DeducedParseableType.FromUnstructured(obj)
 	if err != nil {
 		return nil, err
@@ -248,6 +280,9 @@ func fieldsOf(obj map[string]any) (any, error) {
 	set, err := tv.ToFieldSet()
 	if err != nil {
 		return nil, err
+	}
+	if apply {
+		set = set.Leaves()
 	}
 	b, err := set.Difference(stripped).ToJSON()
 	if err != nil {
@@ -322,6 +357,9 @@ func (r *Recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	agent := req.Header.Get("User-Agent")
 	if i := strings.IndexAny(agent, "/ "); i >= 0 {
 		agent = agent[:i]
+	}
+	if fm := req.URL.Query().Get("fieldManager"); fm != "" {
+		agent = fm
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
