@@ -34,11 +34,10 @@
 // # Owner indexes
 //
 // An owner's claims are found by name, not by a label selector: for each
-// identity a claim is indexed under (its pod UID, or its container ID when
-// it has no UID; and its namespace/name when Stable), an IPOwner object
-// named from the identity (OwnerIndexName: "uid.<uid>", "name.<ns>.<name>",
-// "container.<id>", hashed when no valid name) lists the claims the
-// identity may hold, as Calico's IPAMHandle does. Create and Update first
+// identity a claim is indexed under (its pod UID, and its namespace/name
+// when Stable), an IPOwner object named from the identity (OwnerIndexName:
+// "uid.<uid>", "name.<ns>.<name>", hashed when no valid name) lists the
+// claims the identity may hold, as Calico's IPAMHandle does. Create and Update first
 // add an entry for the claim to the index of each of its identities (a PUT
 // conditional on the index's resourceVersion, or a POST when there is none;
 // a conflict reads it again and retries, with no server-side patch), then
@@ -68,8 +67,11 @@
 // indexed by their UID only (a second index per claim would double the
 // index writes), so Owned by container ID is a consistent list of the
 // IPClaims labelled with it, as is Owned of an owner whose index lists more
-// than 16 claims. The CNI plugin asks by pod UID (K8S_POD_UID), so neither
-// is on its ADD or DEL path.
+// than 16 claims. Claims without a pod UID (host-local's identity, a
+// container ID alone) are therefore in no index: an index of container IDs
+// would be written and never read, as a query by container ID must find
+// the claims that have a UID too. The CNI plugin asks by pod UID
+// (K8S_POD_UID), so neither is on its ADD or DEL path.
 //
 // # Cost per call
 //
@@ -95,6 +97,11 @@
 //	Release, 7 requests: GET ipowners/uid.<uid>, GET ipclaims/<address> of
 //	  each claim it lists, then per claim DELETE ipclaims/<address> and a
 //	  PUT of the index, DELETE of it for the last claim.
+//
+// An address found taken when it was thought free (a create refused with
+// AlreadyExists: another node claimed it since this node's cursor) costs
+// three requests: the index entry written, the POST refused, the entry
+// removed.
 //
 // BenchmarkColdAllocate (k8s/kubetest) measures the pair: on the test
 // machine, 62 ms with no other claim, 64 ms with 2,000.

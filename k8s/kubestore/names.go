@@ -22,9 +22,10 @@ const (
 	LabelStable = Group + "/stable"
 	// LabelContainer holds the owner's container ID, when it has one.
 	LabelContainer = Group + "/container"
-	// LabelIP holds the claim's address, so that its claims in every pool
-	// are found at once (AddressClaims): the address's bytes in lower-case
-	// hex, 8 digits for IPv4 and 32 for IPv6.
+	// LabelIP holds the claim's address, for selectors of people and
+	// tools (the Store finds an address's claim by its name): the
+	// address's bytes in lower-case hex, 8 digits for IPv4 and 32 for
+	// IPv6.
 	LabelIP = Group + "/ip"
 	// AnnotationToken holds the token of the claim's entries in its owner
 	// indexes (IPOwner objects): a Delete prunes the entries of the token
@@ -118,10 +119,11 @@ func ParseLegacyClaimName(name string) (poolPart string, ip netip.Addr, ok bool)
 }
 
 // OwnerIndexName returns the name of the IPOwner object that indexes the
-// claims of q's identity (its Interface aside): "uid.", "name." or
-// "container." followed by the pod UID, the stable owner's
-// "namespace.name" or the container ID, or by the first 40 hex digits of
-// its SHA-256 when that is not a DNS-1123 subdomain or too long. Two
+// claims of q's identity (its Interface aside): "uid." or "name." followed
+// by the pod UID or the stable owner's "namespace.name", or by the first
+// 40 hex digits of its SHA-256 when that is not a DNS-1123 subdomain or too
+// long. (The Store indexes no container IDs; one would be named
+// "container." and the ID.) Two
 // identities whose names collide (a deliberate hash collision) share one
 // object, which costs nothing but a longer index: readers check every
 // claim the index lists against the query.

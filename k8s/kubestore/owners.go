@@ -60,14 +60,14 @@ type indexEntry struct {
 const maxIndexedReads = 16
 
 // indexed returns the identities a claim of o is indexed under: its pod
-// UID, else its container ID; and its namespace/name when Stable.
+// UID, if it has one, and its namespace/name when Stable. Not its container
+// ID: a query by container ID must find the claims that have a UID too,
+// which are not in a container's index, so it lists (the slow path), and
+// such an index would be written and never read.
 func indexed(o store.Owner) []store.OwnerQuery {
 	ids := make([]store.OwnerQuery, 0, 2)
-	switch {
-	case o.UID != "":
+	if o.UID != "" {
 		ids = append(ids, store.ByUID(o.UID))
-	case o.ContainerID != "":
-		ids = append(ids, store.ByContainer(o.ContainerID))
 	}
 	if o.Stable && o.Name != "" {
 		ids = append(ids, store.ByName(o.Namespace, o.Name))

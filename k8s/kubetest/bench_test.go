@@ -11,9 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
 	"github.com/ipamkit/ipam"
@@ -84,15 +82,7 @@ func benchRawCreate(b *testing.B, n int) {
 	pool := benchPool(b)
 	clients := make([]rest.Interface, n)
 	for i := range clients {
-		cfg := srv.Config()
-		cfg.GroupVersion = &schema.GroupVersion{Group: kubestore.Group, Version: kubestore.Version}
-		cfg.APIPath = "/apis"
-		cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-		c, err := rest.RESTClientFor(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		clients[i] = c
+		clients[i] = rawClient(b, srv.Config())
 	}
 	var seq atomic.Uint32
 	inParallel(b, n, func(i int) error {

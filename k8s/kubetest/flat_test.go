@@ -65,13 +65,7 @@ func seedFlatClaims(t testing.TB, n int) {
 	t.Helper()
 	cfg := srv.Config()
 	cfg.QPS = -1
-	cfg.GroupVersion = &schema.GroupVersion{Group: kubestore.Group, Version: kubestore.Version}
-	cfg.APIPath = "/apis"
-	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
-	client, err := rest.RESTClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := rawClient(t, cfg)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
@@ -101,6 +95,20 @@ func seedFlatClaims(t testing.TB, n int) {
 	for err := range errs {
 		t.Fatalf("seeding %d claims: %v", n, err)
 	}
+}
+
+// rawClient is a REST client of kubestore's API group on cfg, for objects
+// written by hand.
+func rawClient(t testing.TB, cfg *rest.Config) rest.Interface {
+	t.Helper()
+	cfg.GroupVersion = &schema.GroupVersion{Group: kubestore.Group, Version: kubestore.Version}
+	cfg.APIPath = "/apis"
+	cfg.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	c, err := rest.RESTClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // flatPools are the pools of the cold allocations: one per family, as a
