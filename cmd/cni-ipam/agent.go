@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -194,7 +195,10 @@ func serveAgent(ctx context.Context, cfg *rest.Config, o *agentOptions, log *slo
 }
 
 // agent is what serveAgent keeps: the plugin's Store and Allocator, the
-// caches, and the locks of the container IDs in flight.
+// caches, and the locks of the container IDs in flight. It is the plugin's
+// kubeSessions and the calls' cluster. The zero agent is not usable;
+// newAgent makes one, start starts it, and from then on it is safe for
+// concurrent use.
 type agent struct {
 	log    *slog.Logger
 	node   string
@@ -264,8 +268,11 @@ func (a *agent) start(ctx context.Context, wg *sync.WaitGroup) {
 			return
 		}
 		a.ready.Store(true)
+		var m goruntime.MemStats
+		goruntime.ReadMemStats(&m)
 		a.log.Info("cni-ipam agent: ready", "after", time.Since(a.started).Round(time.Millisecond),
-			"pods", len(a.pods.GetStore().ListKeys()), "namespaces", len(a.namespaces.GetStore().ListKeys()))
+			"pods", len(a.pods.GetStore().ListKeys()), "namespaces", len(a.namespaces.GetStore().ListKeys()),
+			"heapInuse", m.HeapInuse)
 	})
 }
 
@@ -398,6 +405,7 @@ func (a *agent) answer(req agentRequest) agentReply {
 		return agentReply{Error: types.NewError(types.ErrInvalidNetworkConfig,
 			"cni-ipam agent: serves network configs whose ipam.kubernetes section names it (agent) only", "")}
 	}
+	start := time.Now()
 	if id := req.Args.ContainerID; id != "" {
 		defer a.locks.lock(id)()
 	}
@@ -409,6 +417,11 @@ func (a *agent) answer(req agentRequest) agentReply {
 			e = types.NewError(types.ErrInternal, err.Error(), "")
 		}
 		reply.Error = e
+		a.log.Debug("cni-ipam agent: call", "command", req.Command, "container", req.Args.ContainerID, "args", req.Args.Args,
+			"took", time.Since(start), "code", e.Code, "msg", e.Msg)
+	} else {
+		a.log.Debug("cni-ipam agent: call", "command", req.Command, "container", req.Args.ContainerID, "args", req.Args.Args,
+			"took", time.Since(start))
 	}
 	return reply
 }

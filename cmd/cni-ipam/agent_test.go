@@ -4,6 +4,9 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,7 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ipamkit/ipam/cmd/internal/cmdtest"
 )
 
 // The agent's parts that need no API server; the agent serving calls is
@@ -96,4 +103,42 @@ func TestKeyLocks(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, int32(1), maxA.Load(), "two calls of one container ID at once")
 	require.Empty(t, k.held)
+}
+
+// TestAgentNotReady: an agent whose caches cannot sync (its API server
+// accepts and never answers) answers ADD, DEL and CHECK at once with 11,
+// STATUS and its probe with 50; cancelled, it stops and removes its socket.
+func TestAgentNotReady(t *testing.T) {
+	t.Parallel()
+	socket := filepath.Join(shortDir(t), "agent.sock")
+	o, err := parseAgentFlags([]string{"--node", "n1", "--socket", socket,
+		"--kubeconfig", cmdtest.Kubeconfig(t, cmdtest.SilentServer(t), "")}, io.Discard)
+	require.NoError(t, err)
+	cfg, err := agentRestConfig(o)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- serveAgent(ctx, cfg, o, slog.New(slog.DiscardHandler)) }()
+	require.Eventually(t, func() bool { _, err := os.Stat(socket); return err == nil }, time.Minute, 10*time.Millisecond)
+
+	var out, warn bytes.Buffer
+	p := &plugin{open: openState, stdout: &out, warn: &warn, timeout: time.Minute}
+	args := &skel.CmdArgs{ContainerID: "c1", IfName: "eth0", Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p", StdinData: agentNet(socket)}
+	f := p.funcs()
+	for name, cmd := range map[string]func(*skel.CmdArgs) error{"ADD": f.Add, "DEL": f.Del, "CHECK": f.Check} {
+		te := cniCode(t, cmd(args))
+		require.Equalf(t, uint(types.ErrTryAgainLater), te.Code, "%s: %+v", name, te)
+		require.Containsf(t, te.Msg, "not ready", "%s", name)
+	}
+	te := cniCode(t, f.Status(args))
+	require.Equal(t, uint(types.ErrPluginNotAvailable), te.Code, "%+v", te)
+	reply, err := askAgent(socket, agentRequest{Command: "READY"}, time.Minute)
+	require.NoError(t, err)
+	require.NotNil(t, reply.Error)
+	require.Equal(t, uint(types.ErrPluginNotAvailable), reply.Error.Code)
+
+	cancel()
+	require.NoError(t, <-done)
+	_, err = os.Lstat(socket)
+	require.ErrorIs(t, err, os.ErrNotExist, "the socket after the agent stopped")
 }

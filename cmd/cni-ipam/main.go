@@ -17,6 +17,11 @@
 //
 // VERSION also says the plugin's own version (pluginVersion), and so does the
 // text printed when the plugin runs without CNI_COMMAND.
+//
+// Run as "cni-ipam agent --node NAME", the binary built with -tags
+// kubernetes is the node agent (agent.go): a long-lived process that serves
+// the calls of the plugins whose network config names its socket
+// (ipam.kubernetes.agent), which forward them to it (agentclient.go).
 package main
 
 import (

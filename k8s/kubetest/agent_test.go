@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -46,6 +47,7 @@ type agentProc struct {
 	cmd    *exec.Cmd
 	socket string
 	done   chan error
+	ready  time.Duration // from its start until its probe said ready
 }
 
 // socketDir returns a short directory for sockets (a unix socket's path is
@@ -71,6 +73,7 @@ func startAgent(t testing.TB, kubeconfig, node, socket string) *agentProc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +96,7 @@ func startAgent(t testing.TB, kubeconfig, node, socket string) *agentProc {
 	for {
 		probe := exec.Command(filepath.Join(programs(t), "cni-ipam"), "agent", "--probe", "--socket", socket)
 		if probe.Run() == nil {
+			a.ready = time.Since(start)
 			return a
 		}
 		select {
@@ -138,37 +142,6 @@ func agentConf(socket, extra string) []byte {
 		"ipam": {"type": "cni-ipam", "kubernetes": {"agent": %q, "kubeconfig": "/nonexistent/kubeconfig"}%s}}`, socket, extra)
 }
 
-// cniRun is one run of the plugin, with what it printed and its exit
-// status.
-type cniRun struct {
-	stdout, stderr string
-	exit           int
-	took           time.Duration
-}
-
-// runRaw runs the plugin for c.
-func (c cniCall) runRaw(t testing.TB) cniRun {
-	t.Helper()
-	dir := programs(t)
-	cmd := exec.Command(filepath.Join(dir, "cni-ipam"))
-	cmd.Env = append(os.Environ(), "CNI_COMMAND="+c.command, "CNI_CONTAINERID="+c.container, "CNI_NETNS=/var/run/netns/kubetest",
-		"CNI_IFNAME="+c.ifname, "CNI_PATH="+dir, "CNI_ARGS="+c.args)
-	cmd.Stdin = bytes.NewReader(c.conf)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	start := time.Now()
-	err := cmd.Run()
-	r := cniRun{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		r.exit = ee.ExitCode()
-	case err != nil:
-		t.Fatal(err)
-	}
-	return r
-}
-
 // code returns the CNI error code r printed, 0 for none.
 func (r cniRun) code(t testing.TB) uint {
 	t.Helper()
@@ -190,18 +163,11 @@ func (r cniRun) code(t testing.TB) uint {
 // is gone (no socket, or a socket nobody listens on) makes ADD, DEL and
 // CHECK fail at once with 11 naming the socket, and STATUS with 50.
 func TestAgent(t *testing.T) {
-	emptyBackend(t)
 	ctx := t.Context()
 	kubeconfig := kubeconfigFile(t)
-	applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", "agent-a", map[string]any{
-		"ipVersion": int64(4), "subnet": "10.60.0.0/24", "ips": []any{"10.60.0.10-10.60.0.29"}, "gateway": "10.60.0.1",
-	})
-	t.Cleanup(func() { deleteSpiderObjects(t, kubepools.IPPoolResource, "agent-a") })
-	c := newGCCluster(t, "agent")
-	c.node("agent-node", true)
-	web := c.pod(podSpec{name: "web", node: "agent-node", phase: corev1.PodRunning})
-	socket := filepath.Join(socketDir(t), "agent.sock")
-	agent := startAgent(t, kubeconfig, "agent-node", socket)
+	c, socket := agentFixture(t, "agent-a", "10.60.0.")
+	web := c.pod(podSpec{name: "web", node: "agent-a-node", phase: corev1.PodRunning})
+	agent := startAgent(t, kubeconfig, "agent-a-node", socket)
 	if fi, err := os.Stat(socket); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the agent's socket: %v, %v; want mode 0600", fi, err)
 	}
@@ -236,8 +202,14 @@ func TestAgent(t *testing.T) {
 	if again := viaAgent(add).runRaw(t); again.stdout != first.stdout || again.exit != 0 {
 		t.Fatalf("ADD per call printed %s\nADD again through the agent %s (stderr %s)", first.stdout, again.stdout, again.stderr)
 	}
+	// The default build, without the Kubernetes client, forwards alike.
+	lean := viaAgent(add)
+	lean.bin = "cni-ipam-lean"
+	if again := lean.runRaw(t); again.stdout != first.stdout || again.exit != 0 {
+		t.Fatalf("ADD per call printed %s\nADD again through the agent from the default build %s (stderr %s)", first.stdout, again.stdout, again.stderr)
+	}
 	ip := addrOf(t, first.stdout)
-	api := c.pod(podSpec{name: "api", node: "agent-node", phase: corev1.PodRunning}) // after the agent started
+	api := c.pod(podSpec{name: "api", node: "agent-a-node", phase: corev1.PodRunning}) // after the agent started
 	apiAdd := call("ADD", "c-api", api, "")
 	through := viaAgent(apiAdd).runRaw(t)
 	if through.exit != 0 {
@@ -255,8 +227,8 @@ func TestAgent(t *testing.T) {
 		t.Errorf("CHECK: %+v", r)
 	}
 	missing := call("ADD", "c-x", web, "")
-	missing.args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=agent;K8S_POD_NAME=nobody"
-	if r := same("ADD of a missing pod", missing); !strings.Contains(r.stdout, "agent/nobody does not exist") {
+	missing.args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=agent-a;K8S_POD_NAME=nobody"
+	if r := same("ADD of a missing pod", missing); !strings.Contains(r.stdout, "agent-a/nobody does not exist") {
 		t.Errorf("ADD of a missing pod: %+v", r)
 	}
 	replaced := call("ADD", "c-web", web, "")
@@ -329,6 +301,22 @@ func TestAgent(t *testing.T) {
 	down("with a socket nobody listens on")
 }
 
+// agentFixture starts a test of the agent: no claims in the cluster, a
+// pool name of the addresses prefix10 to prefix250 (prefix is the first
+// three bytes of an IPv4 address and a dot), a namespace name for the
+// test's pods, a node name+"-node", and the path of a socket.
+func agentFixture(t *testing.T, name, prefix string) (*gcCluster, string) {
+	t.Helper()
+	emptyBackend(t)
+	applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", name, map[string]any{
+		"ipVersion": int64(4), "subnet": prefix + "0/24", "ips": []any{prefix + "10-" + prefix + "250"}, "gateway": prefix + "1",
+	})
+	t.Cleanup(func() { deleteSpiderObjects(t, kubepools.IPPoolResource, name) })
+	c := newGCCluster(t, name)
+	c.node(name+"-node", true)
+	return c, filepath.Join(socketDir(t), "agent.sock")
+}
+
 // addrOf returns the one address of a CNI result.
 func addrOf(t *testing.T, stdout string) netip.Addr {
 	t.Helper()
@@ -345,26 +333,19 @@ func addrOf(t *testing.T, stdout string) netip.Addr {
 // address, no address is held twice, and ADD again returns what the pod
 // holds.
 func TestAgentKilled(t *testing.T) {
-	emptyBackend(t)
 	ctx := t.Context()
 	kubeconfig := kubeconfigFile(t)
-	applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", "agent-k", map[string]any{
-		"ipVersion": int64(4), "subnet": "10.61.0.0/24", "ips": []any{"10.61.0.10-10.61.0.250"}, "gateway": "10.61.0.1",
-	})
-	t.Cleanup(func() { deleteSpiderObjects(t, kubepools.IPPoolResource, "agent-k") })
-	c := newGCCluster(t, "agentk")
-	c.node("agentk-node", true)
-	socket := filepath.Join(socketDir(t), "agent.sock")
+	c, socket := agentFixture(t, "agent-k", "10.61.0.")
 	conf := agentConf(socket, `, "default_ipv4_ippool": ["agent-k"]`)
 	const pods = 12
 	var calls []cniCall
 	for i := range pods {
-		p := c.pod(podSpec{name: fmt.Sprintf("p%d", i), node: "agentk-node", phase: corev1.PodRunning})
+		p := c.pod(podSpec{name: fmt.Sprintf("p%d", i), node: "agent-k-node", phase: corev1.PodRunning})
 		calls = append(calls, cniCall{command: "ADD", container: fmt.Sprintf("c%d", i), ifname: "eth0", args: podArgs(p), conf: conf})
 	}
 	results := make([]string, pods)
 	var mu sync.Mutex
-	agent := startAgent(t, kubeconfig, "agentk-node", socket)
+	agent := startAgent(t, kubeconfig, "agent-k-node", socket)
 	for round := range 3 {
 		// Every pod's ADD at once; the agent is killed once the first
 		// answer comes, with the others in flight.
@@ -395,7 +376,7 @@ func TestAgentKilled(t *testing.T) {
 		if r := calls[0].runRaw(t); r.code(t) != 11 {
 			t.Fatalf("ADD with the agent killed: %+v, want 11", r)
 		}
-		agent = startAgent(t, kubeconfig, "agentk-node", socket)
+		agent = startAgent(t, kubeconfig, "agent-k-node", socket)
 	}
 	// The runtime retries each ADD until it succeeds.
 	for i, call := range calls {
@@ -459,6 +440,21 @@ type requestLog struct {
 	srv *httptest.Server
 	mu  sync.Mutex
 	log []string
+	// holdIf, when set, names the requests to hold: each is announced on
+	// held, then waits until release is closed.
+	holdIf  func(*http.Request) bool
+	held    chan struct{}
+	release chan struct{}
+}
+
+// hold makes the proxy hold the requests for which match reports true,
+// from now until the returned release is called.
+func (l *requestLog) hold(match func(*http.Request) bool) (held <-chan struct{}, release func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holdIf, l.held, l.release = match, make(chan struct{}, 100), make(chan struct{})
+	rel := l.release
+	return l.held, sync.OnceFunc(func() { close(rel) })
 }
 
 func newRequestLog(t testing.TB) *requestLog {
@@ -475,7 +471,13 @@ func newRequestLog(t testing.TB) *requestLog {
 	l.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		l.mu.Lock()
 		l.log = append(l.log, requestKey(r))
+		hold := l.holdIf != nil && l.holdIf(r)
+		held, release := l.held, l.release
 		l.mu.Unlock()
+		if hold {
+			held <- struct{}{}
+			<-release
+		}
 		proxy.ServeHTTP(w, r)
 	}))
 	l.srv.TLS = &tls.Config{}
@@ -552,26 +554,21 @@ users:
 
 // TestAgentRequests: the agent, started in a cluster with no other claims
 // and again with 2,000 claims of other nodes' pods, lists no IPClaims at
-// start-up (it neither watches nor lists the cluster's claims), and its
-// first ADD makes the same requests both times.
+// start-up (it neither watches nor lists the cluster's claims), makes the
+// same requests at start-up both times, and its first ADD makes the same
+// requests both times.
 func TestAgentRequests(t *testing.T) {
-	emptyBackend(t)
-	applySpider(t, kubepools.IPPoolResource, "SpiderIPPool", "agent-r", map[string]any{
-		"ipVersion": int64(4), "subnet": "10.62.0.0/24", "ips": []any{"10.62.0.10-10.62.0.250"}, "gateway": "10.62.0.1",
-	})
-	t.Cleanup(func() { deleteSpiderObjects(t, kubepools.IPPoolResource, "agent-r") })
-	c := newGCCluster(t, "agentr")
-	c.node("agentr-node", true)
+	c, socket := agentFixture(t, "agent-r", "10.62.0.")
 	proxy := newRequestLog(t)
 	kubeconfig := proxy.kubeconfig(t)
-	socket := filepath.Join(socketDir(t), "agent.sock")
 	conf := agentConf(socket, `, "default_ipv4_ippool": ["agent-r"]`)
 
 	firstAdd := func(name string) (startup, add []string) {
 		t.Helper()
-		p := c.pod(podSpec{name: name, node: "agentr-node", phase: corev1.PodRunning})
+		p := c.pod(podSpec{name: name, node: "agent-r-node", phase: corev1.PodRunning})
 		n := proxy.len()
-		agent := startAgent(t, kubeconfig, "agentr-node", socket)
+		agent := startAgent(t, kubeconfig, "agent-r-node", socket)
+		t.Logf("%s: the agent was ready %s after its start", name, agent.ready)
 		startup = proxy.since(n)
 		n = proxy.len()
 		call := cniCall{command: "ADD", container: "c-" + name, ifname: "eth0", args: podArgs(p), conf: conf}
@@ -605,6 +602,9 @@ func TestAgentRequests(t *testing.T) {
 	}
 	if len(startupN) == 0 {
 		t.Errorf("no request recorded at start-up")
+	}
+	if !slices.Equal(sortedCopy(startup0), sortedCopy(startupN)) {
+		t.Errorf("the start-up with 0 other claims made %q\nwith 2,000 %q", startup0, startupN)
 	}
 }
 
@@ -647,9 +647,11 @@ func seedClaims(t testing.TB, pool string, prefix netip.Prefix, n int) {
 }
 
 // BenchmarkAgentAddDel: one pod's ADD then DEL, each a run of the plugin's
-// binary (built with -tags kubernetes), per call (the plugin reads the
-// cluster itself) and through the node agent, with 0 and 1,000 claims of
-// other pods in the cluster. One op is an ADD and a DEL.
+// binary, per call (exec: built with -tags kubernetes, it reads the
+// cluster itself) and through the node agent (agent: the same binary
+// forwards; agent-lean: the default build, without the Kubernetes client,
+// forwards), with 0 and 1,000 claims of other pods in the cluster. One op
+// is an ADD and a DEL; add-ms/op and del-ms/op are each call's run.
 func BenchmarkAgentAddDel(b *testing.B) {
 	emptyBackend(b)
 	ctx := b.Context()
@@ -692,20 +694,168 @@ func BenchmarkAgentAddDel(b *testing.B) {
 			seedClaims(b, "agent-bench-other", netip.MustParsePrefix("10.65.0.0/16"), n)
 			seeded = n
 		}
-		for _, mode := range []string{"exec", "agent"} {
+		for _, mode := range []string{"exec", "agent", "agent-lean"} {
 			b.Run(fmt.Sprintf("claims=%d/%s", n, mode), func(b *testing.B) {
 				add := cniCall{command: "ADD", container: "c-bench", ifname: "eth0", args: podArgs(pod), conf: confs[mode]}
+				if mode == "agent-lean" {
+					add.bin, add.conf = "cni-ipam-lean", confs["agent"]
+				}
 				del := add
 				del.command = "DEL"
+				var addTook, delTook time.Duration
+				n := 0
 				for b.Loop() {
-					if r := add.runRaw(b); r.exit != 0 {
+					r := add.runRaw(b)
+					if r.exit != 0 {
 						b.Fatalf("ADD: %+v", r)
 					}
-					if r := del.runRaw(b); r.exit != 0 {
+					addTook += r.took
+					if r = del.runRaw(b); r.exit != 0 {
 						b.Fatalf("DEL: %+v", r)
 					}
+					delTook += r.took
+					n++
 				}
+				b.ReportMetric(float64(addTook.Milliseconds())/float64(n), "add-ms/op")
+				b.ReportMetric(float64(delTook.Milliseconds())/float64(n), "del-ms/op")
 			})
 		}
+	}
+}
+
+// BenchmarkForward: what the plugin's own run costs when it forwards a
+// call (a DEL) to an agent that answers at once (here a stand-in that
+// reads the request and answers success): the process's start and the
+// round trip on the socket, for the build with the Kubernetes client
+// (cni-ipam) and the default build (cni-ipam-lean).
+func BenchmarkForward(b *testing.B) {
+	programs(b) // built before the clock starts
+	socket := filepath.Join(socketDir(b), "agent.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				if _, err := io.Copy(io.Discard, conn); err == nil {
+					conn.Write([]byte("{}"))
+				}
+			}()
+		}
+	}()
+	for _, bin := range []string{"cni-ipam", "cni-ipam-lean"} {
+		b.Run(bin, func(b *testing.B) {
+			del := cniCall{command: "DEL", container: "c-fwd", ifname: "eth0", conf: agentConf(socket, ""), bin: bin}
+			for b.Loop() {
+				if r := del.runRaw(b); r.exit != 0 {
+					b.Fatalf("DEL: %+v", r)
+				}
+			}
+		})
+	}
+}
+
+// TestAgentAPIRestart: while the API server is down, the agent answers ADD
+// with 11 (it stays up, its socket stays); once the server is back, the
+// same agent serves again, pods created since included, and a pod's ADD
+// again returns what it holds.
+func TestAgentAPIRestart(t *testing.T) {
+	kubeconfig := kubeconfigFile(t)
+	c, socket := agentFixture(t, "agent-s", "10.66.0.")
+	conf := agentConf(socket, `, "default_ipv4_ippool": ["agent-s"]`)
+	agent := startAgent(t, kubeconfig, "agent-s-node", socket)
+	add := func(p *corev1.Pod) cniCall {
+		return cniCall{command: "ADD", container: "c-" + p.Name, ifname: "eth0", args: podArgs(p), conf: conf}
+	}
+	before := add(c.pod(podSpec{name: "before", node: "agent-s-node", phase: corev1.PodRunning}))
+	first := before.runRaw(t)
+	if first.exit != 0 {
+		t.Fatalf("ADD: %+v", first)
+	}
+	if err := srv.StopAPI(); err != nil {
+		t.Fatal(err)
+	}
+	started := false
+	t.Cleanup(func() {
+		if !started {
+			if err := srv.StartAPI(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if r := before.runRaw(t); r.code(t) != 11 {
+		t.Errorf("ADD with the API server down: %+v, want 11", r)
+	}
+	if err := srv.StartAPI(); err != nil {
+		t.Fatal(err)
+	}
+	started = true
+	after := add(c.pod(podSpec{name: "after", node: "agent-s-node", phase: corev1.PodRunning}))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r := after.runRaw(t)
+		if r.exit == 0 {
+			break
+		}
+		if r.code(t) != 11 || time.Now().After(deadline) {
+			t.Fatalf("ADD after the API server came back: %+v", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r := before.runRaw(t); r.stdout != first.stdout {
+		t.Errorf("ADD again after the restart printed %s, before %s (stderr %s)", r.stdout, first.stdout, r.stderr)
+	}
+	if agent.cmd.ProcessState != nil {
+		t.Errorf("the agent exited: %v", agent.cmd.ProcessState)
+	}
+}
+
+// TestAgentDrain: SIGTERM while a call is in flight (its create of a claim
+// held at the API server): the agent stops accepting at once (its socket
+// is gone, a new call gets 11), finishes the call, which succeeds, and
+// exits 0.
+func TestAgentDrain(t *testing.T) {
+	c, socket := agentFixture(t, "agent-d", "10.67.0.")
+	proxy := newRequestLog(t)
+	conf := agentConf(socket, `, "default_ipv4_ippool": ["agent-d"]`)
+	agent := startAgent(t, proxy.kubeconfig(t), "agent-d-node", socket)
+	p := c.pod(podSpec{name: "web", node: "agent-d-node", phase: corev1.PodRunning})
+	add := cniCall{command: "ADD", container: "c-web", ifname: "eth0", args: podArgs(p), conf: conf}
+	held, release := proxy.hold(func(r *http.Request) bool {
+		return r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/ipclaims")
+	})
+	defer release()
+	result := make(chan cniRun, 1)
+	go func() { result <- add.runRaw(t) }()
+	select {
+	case <-held:
+	case r := <-result:
+		t.Fatalf("ADD returned before its create reached the server: %+v", r)
+	}
+	if err := agent.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the socket removed after SIGTERM", func() bool {
+		_, err := os.Lstat(socket)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	other := add
+	other.container = "c-other"
+	if r := other.runRaw(t); r.code(t) != 11 {
+		t.Errorf("a call after SIGTERM: %+v, want 11", r)
+	}
+	release()
+	if r := <-result; r.exit != 0 {
+		t.Errorf("the call in flight at SIGTERM: %+v, want success", r)
+	}
+	if err := <-agent.done; err != nil {
+		t.Errorf("the agent's exit after draining: %v, want status 0", err)
 	}
 }

@@ -3,6 +3,7 @@ package kubetest_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +29,8 @@ import (
 )
 
 // The programs the tests run, built once per test binary: the CNI plugin
-// with -tags kubernetes, and ipamctl.
+// with -tags kubernetes, the plugin's default build (cni-ipam-lean, which
+// forwards to a node agent but has no Kubernetes client), and ipamctl.
 var (
 	buildOnce sync.Once
 	binDir    string
@@ -46,6 +48,7 @@ func programs(t testing.TB) string {
 		}
 		for _, b := range []struct{ out, pkg, tags string }{
 			{"cni-ipam", "../../cmd/cni-ipam", "kubernetes"},
+			{"cni-ipam-lean", "../../cmd/cni-ipam", ""},
 			{"ipamctl", "../../cmd/ipamctl", ""},
 		} {
 			if buildErr = goBuild(filepath.Join(binDir, b.out), b.pkg, b.tags); buildErr != nil {
@@ -87,6 +90,7 @@ func kubeconfigFile(t testing.TB) string {
 type cniCall struct {
 	command, container, ifname, args string
 	conf                             []byte
+	bin                              string // the program; "": cni-ipam
 }
 
 // cniResult is what the plugin printed: a result or an error.
@@ -111,11 +115,20 @@ func (r cniResult) addr(t *testing.T) netip.Addr {
 	return p.Addr()
 }
 
-// run runs the plugin and returns what it printed, and how long it took.
-func (c cniCall) run(t *testing.T, env ...string) (cniResult, time.Duration) {
+// cniRun is one run of the plugin, with what it printed and its exit
+// status.
+type cniRun struct {
+	stdout, stderr string
+	exit           int
+	took           time.Duration
+}
+
+// runRaw runs the plugin for c.
+func (c cniCall) runRaw(t testing.TB, env ...string) cniRun {
 	t.Helper()
 	dir := programs(t)
-	cmd := exec.Command(filepath.Join(dir, "cni-ipam"))
+	bin := cmp.Or(c.bin, "cni-ipam")
+	cmd := exec.Command(filepath.Join(dir, bin))
 	cmd.Env = append(os.Environ(), "CNI_COMMAND="+c.command, "CNI_CONTAINERID="+c.container, "CNI_NETNS=/var/run/netns/kubetest",
 		"CNI_IFNAME="+c.ifname, "CNI_PATH="+dir, "CNI_ARGS="+c.args)
 	cmd.Env = append(cmd.Env, env...)
@@ -124,17 +137,31 @@ func (c cniCall) run(t *testing.T, env ...string) (cniResult, time.Duration) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	err := cmd.Run()
-	took := time.Since(start)
+	r := cniRun{stdout: stdout.String(), stderr: stderr.String(), took: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.exit = ee.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return r
+}
+
+// run runs the plugin and returns what it printed, and how long it took.
+func (c cniCall) run(t *testing.T, env ...string) (cniResult, time.Duration) {
+	t.Helper()
+	raw := c.runRaw(t, env...)
 	var r cniResult
-	if stdout.Len() > 0 {
-		if jerr := json.Unmarshal(stdout.Bytes(), &r); jerr != nil {
-			t.Fatalf("%s: output %q: %v", c.command, stdout.String(), jerr)
+	if raw.stdout != "" {
+		if err := json.Unmarshal([]byte(raw.stdout), &r); err != nil {
+			t.Fatalf("%s: output %q: %v", c.command, raw.stdout, err)
 		}
 	}
-	if (err != nil) != (r.Code != 0) {
-		t.Fatalf("%s: exit %v with output %s (stderr %s)", c.command, err, stdout.String(), stderr.String())
+	if (raw.exit != 0) != (r.Code != 0) {
+		t.Fatalf("%s: exit %d with output %s (stderr %s)", c.command, raw.exit, raw.stdout, raw.stderr)
 	}
-	return r, took
+	return r, raw.took
 }
 
 func (c cniCall) ok(t *testing.T) cniResult {
