@@ -1045,7 +1045,16 @@ func faultRun(t *testing.T, agents bool) {
 // t on a problem, and logs the counts.
 func checkClaims(t *testing.T, alive map[string]livePod) {
 	t.Helper()
-	claims, err := newStore(t).ListAll(t.Context())
+	// The API server may have been started again just before, and still
+	// be loading its caches.
+	st := newStore(t)
+	var claims []store.Claim
+	var err error
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(time.Second) {
+		if claims, err = st.ListAll(t.Context()); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
