@@ -31,7 +31,7 @@
 //
 // SpiderSubnet, the pools Spiderpool creates per application from a subnet
 // (auto-pools), lives in package github.com/ipamkit/ipam/subnet: its Manager
-// is the PoolSource (and AutoPoolSource) an Allocator serves them from. This
+// is the PoolSource (and AppPoolSource) an Allocator serves them from. This
 // package keeps what selection needs of them: the pod's application
 // (Request.App, AppRef) and how an auto-pool admits it (IsAutoPool).
 //
@@ -89,7 +89,7 @@
 //  6. poolindex.go: each pool's hint, which picks the address (reserve), and
 //     learns from the Store (fill, a List) when it is stale or full;
 //     layout.go numbers a pool's addresses and keeps the used ones in a
-//     64-ary tree; addr.go is the 128-bit arithmetic under both.
+//     64-ary tree; addr.go names the 128-bit arithmetic (internal/u128) under both.
 //  7. release.go: Release, Lookup and what a failed call gives back;
 //     follow.go keeps the hints current from a Store's watch.
 //

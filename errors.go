@@ -44,13 +44,13 @@ var (
 	// one was).
 	ErrNoCandidates = errors.New("no pool can serve")
 	// ErrNotSupported is returned by Select for the SpiderSubnet annotations
-	// when its PoolSource serves no auto-pools (is not an AutoPoolSource:
+	// when its PoolSource serves no auto-pools (is not an AppPoolSource:
 	// Spiderpool's auto-pool feature off), and for a pod without a controller
-	// that asks for one; inside an *AutoPoolError, for auto-pool requests
+	// that asks for one; inside a *subnet.Error, for auto-pool requests
 	// Spiderpool does not honour either (changing the subnet of a running
 	// application); and by Follow when the Store cannot watch.
 	ErrNotSupported = errors.New("not supported")
-	// ErrNotReady is returned (inside an *AutoPoolError) when an auto-pool
+	// ErrNotReady is returned (inside a *subnet.Error) when an auto-pool
 	// cannot be served or changed yet: its subnet has too few free addresses,
 	// a shrink or a deletion waits for pods to release theirs, or the
 	// application is not known yet. Retry later; a CNI plugin says "try again
@@ -193,62 +193,3 @@ func (e *AllocationError) Error() string {
 
 // Unwrap returns the underlying error.
 func (e *AllocationError) Unwrap() error { return e.Err }
-
-// AutoPoolError says why an application's auto-pool for one interface and IP
-// family cannot be created, resized, deleted or served. It unwraps to
-// ErrNotReady (retry later), ErrInvalid (fix the application's annotations or
-// the subnet), ErrNotFound (no such subnet) or ErrNotSupported.
-//
-// The zero AutoPoolError is not useful; the auto-pool decisions and
-// subnet.Manager build them. An AutoPoolError is not modified after it is
-// returned, so it is safe to read from several goroutines.
-type AutoPoolError struct {
-	// App is the application; zero for a pod without a controller.
-	App AppRef
-	// Pod names the pod, as "namespace/name", when a pod's request failed.
-	Pod string
-	// Interface and Family say which pool; empty and 0 when the problem is
-	// the application's as a whole.
-	Interface string
-	Family    int
-	// Subnet and Pool name the subnet and the pool concerned, when known.
-	Subnet string
-	Pool   string
-	// Reason says what is wrong, in lower case, naming the annotation or
-	// field and its value when they are the cause.
-	Reason string
-	// Err is the sentinel.
-	Err error
-}
-
-// Error returns, for example, `Deployment default/app eth0 IPv4: subnet
-// "subnet-6": 5 free addresses, 6 wanted: retry when addresses are free`.
-func (e *AutoPoolError) Error() string {
-	var b strings.Builder
-	switch {
-	case e.Pod != "" && e.App.IsZero():
-		b.WriteString("pod " + e.Pod)
-	case e.Pod != "":
-		b.WriteString("pod " + e.Pod + " of " + e.App.String())
-	default:
-		b.WriteString(e.App.String())
-	}
-	if e.Interface != "" {
-		b.WriteString(" " + e.Interface)
-	}
-	if e.Family != 0 {
-		fmt.Fprintf(&b, " IPv%d", e.Family)
-	}
-	b.WriteString(": ")
-	if e.Subnet != "" {
-		fmt.Fprintf(&b, "subnet %q: ", e.Subnet)
-	}
-	if e.Pool != "" {
-		fmt.Fprintf(&b, "pool %q: ", e.Pool)
-	}
-	b.WriteString(e.Reason)
-	return b.String()
-}
-
-// Unwrap returns Err.
-func (e *AutoPoolError) Unwrap() error { return e.Err }

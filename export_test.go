@@ -4,6 +4,7 @@ import "go4.org/netipx"
 
 // Test-only views of unexported functions, for the black-box tests.
 var (
+	SizeFrom                = sizeFrom
 	Rank                    = priorityRank
 	ComparePriority         = comparePriority
 	Expand                  = expand
@@ -32,5 +33,5 @@ func KnownUsed(a *Allocator, pool string) (uint64, bool) {
 	}
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
-	return idx.tree.used.lo - uint64(len(idx.quarUntil)), idx.complete
+	return idx.tree.used.Lo - uint64(len(idx.quarUntil)), idx.complete
 }

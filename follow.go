@@ -125,7 +125,7 @@ func (idx *poolIndex) claimed(ip netip.Addr) {
 	defer idx.mu.Unlock()
 	lay := idx.def.Load().layout
 	if o, ok := lay.ordinal(ip); ok && idx.tree.set(o) && idx.spread == 0 {
-		idx.cursor, idx.next, idx.nextLay = ip, o.addOne(), lay
+		idx.cursor, idx.next, idx.nextLay = ip, o.AddOne(), lay
 	}
 }
 

@@ -110,7 +110,7 @@ type Request struct {
 	// pods of its application: its podAffinity is matched against App, not
 	// against Labels, as Spiderpool matches it against the pod's top
 	// controller; and the SpiderSubnet annotations serve the pool of App
-	// (see AutoPoolSource). Package k8s fills it from the owner chain.
+	// (see AppPoolSource). Package k8s fills it from the owner chain.
 	App AppRef
 
 	// Interfaces lists the interfaces to serve.

@@ -88,16 +88,6 @@ func ParseLabelSelector(data []byte) (*LabelSelector, error) {
 	return s, nil
 }
 
-// MustParseLabelSelector is like ParseLabelSelector but panics on error. It is
-// meant for tests and literals.
-func MustParseLabelSelector(s string) *LabelSelector {
-	sel, err := ParseLabelSelector([]byte(s))
-	if err != nil {
-		panic(err)
-	}
-	return sel
-}
-
 // labelSelectorJSONError turns an error of json.Unmarshal into a *FieldError.
 func labelSelectorJSONError(err error) error {
 	var (

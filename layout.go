@@ -58,7 +58,7 @@ func newLayout(ranges []Range, exclude *netipx.IPSet) *layout {
 		set, _ := b.IPSet()
 		for _, sr := range set.Ranges() {
 			l.segs = append(l.segs, segment{from: sr.From(), to: sr.To(), rng: i, base: l.total, start: u128From(sr.From())})
-			l.total = l.total.add(rangeSpan(sr.From(), sr.To())).addOne()
+			l.total = l.total.Add(rangeSpan(sr.From(), sr.To())).AddOne()
 			all.AddRange(sr)
 		}
 	}
@@ -69,9 +69,9 @@ func newLayout(ranges []Range, exclude *netipx.IPSet) *layout {
 	}
 	slices.SortFunc(l.byAddr, func(a, b int) int { return l.segs[a].from.Compare(l.segs[b].from) })
 	l.levels = 1
-	if !l.total.isZero() {
-		maxOrd := l.total.subOne()
-		for l.levels < 22 && !maxOrd.shr(uint(6*l.levels)).isZero() {
+	if !l.total.IsZero() {
+		maxOrd := l.total.SubOne()
+		for l.levels < 22 && !maxOrd.Shr(uint(6*l.levels)).IsZero() {
 			l.levels++
 		}
 	}
@@ -88,7 +88,7 @@ func (l *layout) ordinal(ip netip.Addr) (u128, bool) {
 		return u128{}, false
 	}
 	s := l.segs[i]
-	return s.base.add(rangeSpan(s.from, ip)), true
+	return s.base.Add(rangeSpan(s.from, ip)), true
 }
 
 // segAt returns the index of the segment holding ip.
@@ -122,17 +122,17 @@ func (l *layout) addr(o u128) (netip.Addr, int) {
 	i := 0
 	if len(l.segs) > 1 {
 		var found bool
-		i, found = slices.BinarySearchFunc(l.segs, o, func(s segment, o u128) int { return s.base.cmp(o) })
+		i, found = slices.BinarySearchFunc(l.segs, o, func(s segment, o u128) int { return s.base.Cmp(o) })
 		if !found {
 			i--
 		}
 	}
 	s := &l.segs[i]
 	if l.is4 {
-		v := uint32(s.start.lo) + uint32(o.lo-s.base.lo) // an IPv4 pool has under 2^32 ordinals
+		v := uint32(s.start.Lo) + uint32(o.Lo-s.base.Lo) // an IPv4 pool has under 2^32 ordinals
 		return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), s.rng
 	}
-	return s.start.add(o.sub(s.base)).addr(false), s.rng
+	return s.start.Add(o.Sub(s.base)).Addr(false), s.rng
 }
 
 // rangeOf returns the index of the range that contains ip (host-local's
@@ -167,7 +167,7 @@ func (l *layout) after(ip netip.Addr) (u128, bool) {
 			return s.base, true
 		}
 		if ip.Less(s.to) {
-			return s.base.add(rangeSpan(s.from, ip)).addOne(), true
+			return s.base.Add(rangeSpan(s.from, ip)).AddOne(), true
 		}
 	}
 	return u128{}, true // wrap to the start
@@ -205,7 +205,7 @@ func newUsedTree(levels int) *usedTree { return &usedTree{levels: levels} }
 func (t *usedTree) has(o u128) bool {
 	n := t.root
 	for level := t.levels - 1; n != nil; level-- {
-		d := o.digit(level)
+		d := o.Digit(level)
 		if n.full>>d&1 == 1 {
 			return true
 		}
@@ -225,7 +225,7 @@ func (t *usedTree) set(o u128) bool {
 	if !setIn(t.root, t.levels-1, o) {
 		return false
 	}
-	t.used = t.used.addOne()
+	t.used = t.used.AddOne()
 	return true
 }
 
@@ -237,7 +237,7 @@ func newNode(level int) *node {
 }
 
 func setIn(n *node, level int, o u128) bool {
-	d := o.digit(level)
+	d := o.Digit(level)
 	bit := uint64(1) << d
 	if n.full&bit != 0 {
 		return false
@@ -266,12 +266,12 @@ func (t *usedTree) clear(o u128) bool {
 	if t.root == nil || !clearIn(t.root, t.levels-1, o) {
 		return false
 	}
-	t.used = t.used.subOne()
+	t.used = t.used.SubOne()
 	return true
 }
 
 func clearIn(n *node, level int, o u128) bool {
-	d := o.digit(level)
+	d := o.Digit(level)
 	bit := uint64(1) << d
 	if level == 0 {
 		if n.full&bit == 0 {
@@ -307,13 +307,13 @@ func nextFreeIn(n *node, level int, o u128) (u128, bool) {
 	if n == nil {
 		return o, true
 	}
-	d := o.digit(level)
+	d := o.Digit(level)
 	if level == 0 {
 		free := ^n.full &^ (uint64(1)<<d - 1)
 		if free == 0 {
 			return u128{}, false
 		}
-		return o.withLowDigits(0, uint(bits.TrailingZeros64(free))), true
+		return o.WithLowDigits(0, uint(bits.TrailingZeros64(free))), true
 	}
 	if n.full>>d&1 == 0 {
 		if r, ok := nextFreeIn(n.kids[d], level-1, o); ok {
@@ -331,7 +331,7 @@ func nextFreeIn(n *node, level int, o u128) (u128, bool) {
 	}
 	for rest != 0 {
 		c := uint(bits.TrailingZeros64(rest))
-		start := o.withLowDigits(level, c)
+		start := o.WithLowDigits(level, c)
 		if r, ok := nextFreeIn(n.kids[c], level-1, start); ok {
 			return r, true
 		}
@@ -342,11 +342,11 @@ func nextFreeIn(n *node, level int, o u128) (u128, bool) {
 
 // freeIn returns the first free ordinal in [from, to), or false.
 func (t *usedTree) freeIn(from, to u128) (u128, bool) {
-	if !from.less(to) {
+	if !from.Less(to) {
 		return u128{}, false
 	}
 	r, ok := t.nextFree(from)
-	if !ok || !r.less(to) {
+	if !ok || !r.Less(to) {
 		return u128{}, false
 	}
 	return r, true
@@ -356,7 +356,7 @@ func (t *usedTree) freeIn(from, to u128) (u128, bool) {
 // RoundRobin from start, wrapping round to just before start. It does not mark
 // the ordinal used.
 func (t *usedTree) pick(total, start u128, s Strategy) (u128, bool) {
-	if s == LowestFree || !start.less(total) {
+	if s == LowestFree || !start.Less(total) {
 		start = u128{}
 	}
 	if r, ok := t.freeIn(start, total); ok {

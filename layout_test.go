@@ -26,7 +26,7 @@ func TestUsedTreeModel(t *testing.T) {
 			base := rng.IntN(size - span + 1)
 			for step := range 20000 {
 				o := base + rng.IntN(span)
-				ord := u128{lo: uint64(o)}
+				ord := u128{Lo: uint64(o)}
 				// Phases of 2,000 steps fill the window (marks only, so
 				// that it fills completely) and drain it (2 marks in 10
 				// steps that change it) in turn.
@@ -60,14 +60,14 @@ func TestUsedTreeModel(t *testing.T) {
 						}
 					}
 					got, gotOK := tree.nextFree(ord)
-					if gotOK != ok || ok && got != (u128{lo: uint64(want)}) {
+					if gotOK != ok || ok && got != (u128{Lo: uint64(want)}) {
 						t.Fatalf("levels %d span %d seed %d step %d: nextFree(%d) = %s %t, want %d %t", levels, span, seed, step, o, got, gotOK, want, ok)
 					}
 				}
 				if got := tree.has(ord); got != model[o] {
 					t.Fatalf("levels %d span %d seed %d step %d: has(%d) = %t, want %t", levels, span, seed, step, o, got, model[o])
 				}
-				if tree.used != (u128{lo: uint64(used)}) {
+				if tree.used != (u128{Lo: uint64(used)}) {
 					t.Fatalf("levels %d span %d seed %d step %d: %s used, want %d", levels, span, seed, step, tree.used, used)
 				}
 			}
@@ -80,20 +80,20 @@ func TestUsedTreeModel(t *testing.T) {
 func TestUsedTreeFull(t *testing.T) {
 	tree := newUsedTree(2)
 	for o := range 4096 {
-		if !tree.set(u128{lo: uint64(o)}) {
+		if !tree.set(u128{Lo: uint64(o)}) {
 			t.Fatalf("set(%d) of a free ordinal reported it used", o)
 		}
 	}
 	if _, ok := tree.nextFree(u128{}); ok {
 		t.Fatal("a full tree has a free ordinal")
 	}
-	if !tree.clear(u128{lo: 1234}) {
+	if !tree.clear(u128{Lo: 1234}) {
 		t.Fatal("clear(1234) of a used ordinal reported it free")
 	}
-	if got, ok := tree.nextFree(u128{}); !ok || got != (u128{lo: 1234}) {
+	if got, ok := tree.nextFree(u128{}); !ok || got != (u128{Lo: 1234}) {
 		t.Fatalf("nextFree(0) = %s %t, want 1234", got, ok)
 	}
-	if got, ok := tree.nextFree(u128{lo: 1235}); ok {
+	if got, ok := tree.nextFree(u128{Lo: 1235}); ok {
 		t.Fatalf("nextFree(1235) = %s, want none", got)
 	}
 }

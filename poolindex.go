@@ -158,7 +158,7 @@ func (a *Allocator) newDef(p *Pool, reserved *netipx.IPSet) (*poolDef, error) {
 	}
 	exclude, _ := excl.IPSet()
 	def := &poolDef{pool: p, reserved: reserved, layout: newLayout(rs, exclude)}
-	if def.layout.total.isZero() {
+	if def.layout.total.IsZero() {
 		def.empty = ReasonExcluded
 		if reserved != nil && !fullyExcluded(p) {
 			def.empty = ReasonReserved
@@ -436,7 +436,7 @@ func (idx *poolIndex) reserve(want netip.Addr, now time.Time, at *slot) (netip.A
 		if !ok || (!idx.tree.set(o) && !idx.unquarantine(want)) {
 			return netip.Addr{}, false
 		}
-		idx.cursor, idx.next, idx.nextLay = want, o.addOne(), lay
+		idx.cursor, idx.next, idx.nextLay = want, o.AddOne(), lay
 		at.ord = o
 		return want, true
 	}
@@ -450,7 +450,7 @@ func (idx *poolIndex) reserve(want netip.Addr, now time.Time, at *slot) (netip.A
 	}
 	idx.tree.set(o)
 	ip, rng := lay.addr(o)
-	idx.cursor, idx.next, idx.nextLay = ip, o.addOne(), lay
+	idx.cursor, idx.next, idx.nextLay = ip, o.AddOne(), lay
 	at.ord, at.rng = o, rng+1
 	return ip, true
 }
@@ -493,11 +493,11 @@ func (idx *poolIndex) setSpread(h uint64) {
 
 // spreadOrd maps hash h onto an ordinal below total, evenly.
 func spreadOrd(h uint64, total u128) u128 {
-	if total.hi == 0 {
-		hi, _ := bits.Mul64(h, total.lo)
-		return u128{0, hi}
+	if total.Hi == 0 {
+		hi, _ := bits.Mul64(h, total.Lo)
+		return u128{Lo: hi}
 	}
-	return u128{0, h} // below total, which is at least 2^64
+	return u128{Lo: h} // below total, which is at least 2^64
 }
 
 // created records that the Store created the claim of ip, which reserve

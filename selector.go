@@ -39,13 +39,13 @@ const (
 	AnnotationMultusNetworks = "k8s.v1.cni.cncf.io/networks"
 )
 
-// AutoPoolSource is an optional capability of a PoolSource: it serves
+// AppPoolSource is an optional capability of a PoolSource: it serves
 // SpiderSubnet auto-pools. Select finds it by type assertion when a pod has
 // the subnet annotations; without it they are refused with ErrNotSupported,
 // as Spiderpool refuses them when its auto-pool feature is off.
 // subnet.Manager implements it. Implementations must be safe for concurrent
 // use.
-type AutoPoolSource interface {
+type AppPoolSource interface {
 	PoolSource
 	// AutoPool returns the name of the pool that serves interface iface, IP
 	// family family (4 or 6), of the pod req describes, from the SpiderSubnet
@@ -99,15 +99,15 @@ type IPPoolsEntry struct {
 	CleanGateway *bool `json:"cleangateway,omitempty"`
 }
 
-// SubnetAnnotation is the value of the pod annotation ipam.spidernet.io/subnet,
-// or one element of ipam.spidernet.io/subnets: the SpiderSubnet from which an
-// auto-created pool would serve an interface, per family. Spiderpool uses only
+// NICSubnets is the value of the pod annotation ipam.spidernet.io/subnet,
+// or one element of ipam.spidernet.io/subnets: the SpiderSubnets from which
+// an auto-created pool would serve one interface (NIC), per family. Spiderpool uses only
 // the first name of each family, so the parsers keep only that one; subnet
 // names are never wildcards.
 //
-// The zero SubnetAnnotation names no subnet, which the parsers reject.
+// The zero NICSubnets names no subnet, which the parsers reject.
 // It is a plain value, safe for concurrent reads.
-type SubnetAnnotation struct {
+type NICSubnets struct {
 	Interface string   `json:"interface,omitempty"`
 	IPv4      []string `json:"ipv4,omitempty"`
 	IPv6      []string `json:"ipv6,omitempty"`
@@ -391,18 +391,18 @@ func ParseIPPoolsAnnotation(s string) ([]IPPoolsEntry, error) {
 // least one family must name a subnet. Interface defaults to "eth0". Errors
 // are *AnnotationError values (joined when there are several) that unwrap to
 // ErrInvalid.
-func ParseSubnetAnnotation(s string) (SubnetAnnotation, error) {
+func ParseSubnetAnnotation(s string) (NICSubnets, error) {
 	a := annotationParser{key: AnnotationSubnet, value: s}
-	var v SubnetAnnotation
+	var v NICSubnets
 	if !a.decode(&v) {
-		return SubnetAnnotation{}, a.err()
+		return NICSubnets{}, a.err()
 	}
 	a.subnetItem("", &v)
 	if v.Interface == "" {
 		v.Interface = "eth0"
 	}
 	if err := a.err(); err != nil {
-		return SubnetAnnotation{}, err
+		return NICSubnets{}, err
 	}
 	return v, nil
 }
@@ -413,9 +413,9 @@ func ParseSubnetAnnotation(s string) (SubnetAnnotation, error) {
 // listed twice, and no subnet serves two interfaces. Each entry follows the
 // rules of ParseSubnetAnnotation. Errors are *AnnotationError values (joined
 // when there are several) that unwrap to ErrInvalid.
-func ParseSubnetsAnnotation(s string) ([]SubnetAnnotation, error) {
+func ParseSubnetsAnnotation(s string) ([]NICSubnets, error) {
 	a := annotationParser{key: AnnotationSubnets, value: s}
-	var v []SubnetAnnotation
+	var v []NICSubnets
 	if !a.decode(&v) {
 		return nil, a.err()
 	}
@@ -452,7 +452,7 @@ func ParseSubnetsAnnotation(s string) ([]SubnetAnnotation, error) {
 
 // subnetItem keeps the first subnet of each family of v and checks it; field
 // is the JSON path prefix of v, such as "[1].".
-func (a *annotationParser) subnetItem(field string, v *SubnetAnnotation) {
+func (a *annotationParser) subnetItem(field string, v *NICSubnets) {
 	first := func(fam string, names []string) []string {
 		if len(names) == 0 {
 			return nil
@@ -580,12 +580,12 @@ func (u *poolNameSet) add(n string) {
 //  1. The pod annotations ipam.spidernet.io/subnets, else
 //     ipam.spidernet.io/subnet (SpiderSubnet auto-pools): for every interface
 //     and family they name, the auto-pool of the pod's application, as
-//     pools' AutoPoolSource finds it (its errors are returned as they are:
+//     pools' AppPoolSource finds it (its errors are returned as they are:
 //     ErrNotReady to retry later, ErrNotSupported for a pod without a
 //     controller). Like ippools, they serve every interface they list, and
 //     every interface of req that needs selection must be listed. An invalid
 //     value gives its parsing error; a PoolSource that is not an
-//     AutoPoolSource gives an *AnnotationError wrapping ErrNotSupported
+//     AppPoolSource gives an *AnnotationError wrapping ErrNotSupported
 //     (Spiderpool's auto-pool feature off).
 //  2. The pod annotation ipam.spidernet.io/ippools: candidates for every
 //     interface it lists, including interfaces not in req (Spiderpool serves
@@ -659,7 +659,7 @@ func Select(req *Request, pools PoolSource) ([]Candidates, error) {
 		if err != nil {
 			return nil, s.podError(err)
 		}
-		return s.autoPools(AnnotationSubnet, v, SourceSubnet, []SubnetAnnotation{entry})
+		return s.autoPools(AnnotationSubnet, v, SourceSubnet, []NICSubnets{entry})
 	}
 
 	// 2. ippools, 3. ippool.
@@ -752,11 +752,11 @@ func setAnnotationObject(err error, object string) {
 
 // autoPools applies the subnet annotations: the auto-pool of each interface
 // and family they name.
-func (s *chain) autoPools(key, value string, src Source, entries []SubnetAnnotation) ([]Candidates, error) {
+func (s *chain) autoPools(key, value string, src Source, entries []NICSubnets) ([]Candidates, error) {
 	a := annotationParser{key: key, value: value}
-	aps, ok := s.pools.(AutoPoolSource)
+	aps, ok := s.pools.(AppPoolSource)
 	if !ok {
-		return nil, s.podError(a.newError("SpiderSubnet auto-pools are not enabled: the pool source serves none (it is not an ipam.AutoPoolSource), "+
+		return nil, s.podError(a.newError("SpiderSubnet auto-pools are not enabled: the pool source serves none (it is not an ipam.AppPoolSource), "+
 			"as Spiderpool refuses the annotation when its auto-pool feature is off", ErrNotSupported))
 	}
 	names := make([]string, len(entries))

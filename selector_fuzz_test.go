@@ -150,7 +150,7 @@ func FuzzParseSubnetAnnotation(f *testing.F) {
 	})
 }
 
-func selFuzzSubnet(t *testing.T, s string, v ipam.SubnetAnnotation) {
+func selFuzzSubnet(t *testing.T, s string, v ipam.NICSubnets) {
 	t.Helper()
 	if v.Interface == "" || len(v.IPv4) > 1 || len(v.IPv6) > 1 || len(v.IPv4)+len(v.IPv6) == 0 {
 		t.Fatalf("accepted %q as %#v", s, v)

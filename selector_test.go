@@ -463,7 +463,7 @@ func TestSelectSubnet(t *testing.T) {
 			name: "SP-11 a valid subnet annotation with a source that serves no auto-pools", pools: pools,
 			pod:    map[string]string{ipam.AnnotationSubnet: `{"ipv4":["subnet-a"]}`},
 			err:    ipam.ErrNotSupported,
-			errHas: []string{`pod default/web-0: annotation "ipam.spidernet.io/subnet"`, "SpiderSubnet auto-pools are not enabled", "AutoPoolSource"},
+			errHas: []string{`pod default/web-0: annotation "ipam.spidernet.io/subnet"`, "SpiderSubnet auto-pools are not enabled", "AppPoolSource"},
 		},
 		{
 			name: "SP-11 subnet beats ippools", pools: pools,
@@ -963,12 +963,12 @@ func checkAnnotationParse[T any](t *testing.T, key, in string, parse func(string
 func TestParseSubnetAnnotation(t *testing.T) {
 	for _, tc := range []struct {
 		in     string
-		want   ipam.SubnetAnnotation
+		want   ipam.NICSubnets
 		errHas string
 	}{
-		{in: `{"ipv4":["s4","ignored"]}`, want: ipam.SubnetAnnotation{Interface: "eth0", IPv4: []string{"s4"}}},
-		{in: `{"interface":"net1","ipv6":["s6"],"ipv4":["s4"]}`, want: ipam.SubnetAnnotation{Interface: "net1", IPv4: []string{"s4"}, IPv6: []string{"s6"}}},
-		{in: `{"ipv4":["s4",""]}`, want: ipam.SubnetAnnotation{Interface: "eth0", IPv4: []string{"s4"}}}, // only the first counts
+		{in: `{"ipv4":["s4","ignored"]}`, want: ipam.NICSubnets{Interface: "eth0", IPv4: []string{"s4"}}},
+		{in: `{"interface":"net1","ipv6":["s6"],"ipv4":["s4"]}`, want: ipam.NICSubnets{Interface: "net1", IPv4: []string{"s4"}, IPv6: []string{"s6"}}},
+		{in: `{"ipv4":["s4",""]}`, want: ipam.NICSubnets{Interface: "eth0", IPv4: []string{"s4"}}}, // only the first counts
 		{in: `{}`, errHas: "names no subnet"},
 		{in: `{"ipv4":[],"ipv6":[]}`, errHas: "names no subnet"},
 		{in: `{"ipv4":[""]}`, errHas: "ipv4[0]: empty subnet name"},
@@ -986,12 +986,12 @@ func TestParseSubnetAnnotation(t *testing.T) {
 func TestParseSubnetsAnnotation(t *testing.T) {
 	for _, tc := range []struct {
 		in     string
-		want   []ipam.SubnetAnnotation
+		want   []ipam.NICSubnets
 		errHas string
 	}{
 		{
 			in: `[{"interface":"eth0","ipv4":["s1","x"]},{"interface":"net1","ipv4":["s2"],"ipv6":["s6"]}]`,
-			want: []ipam.SubnetAnnotation{
+			want: []ipam.NICSubnets{
 				{Interface: "eth0", IPv4: []string{"s1"}},
 				{Interface: "net1", IPv4: []string{"s2"}, IPv6: []string{"s6"}},
 			},

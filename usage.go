@@ -26,51 +26,55 @@ import (
 // with ==.
 type Size struct{ u u128 }
 
-// SizeFrom returns the Size n.
-func SizeFrom(n uint64) Size { return Size{u128{0, n}} }
+// sizeFrom returns the Size n.
+func sizeFrom(n uint64) Size { return Size{u128{Lo: n}} }
 
 // Uint64 returns s as a uint64, and false if s exceeds math.MaxUint64 (the
 // value is then math.MaxUint64).
 func (s Size) Uint64() (uint64, bool) {
-	if s.u.hi != 0 {
+	if s.u.Hi != 0 {
 		return math.MaxUint64, false
 	}
-	return s.u.lo, true
+	return s.u.Lo, true
 }
 
 // Float64 returns s as the nearest float64, as a metric reports it.
 func (s Size) Float64() float64 {
-	return float64(s.u.hi)*(1<<64) + float64(s.u.lo)
+	return float64(s.u.Hi)*(1<<64) + float64(s.u.Lo)
 }
 
 // Big returns s as a new big.Int.
 func (s Size) Big() *big.Int {
-	b := new(big.Int).SetUint64(s.u.hi)
-	return b.Lsh(b, 64).Or(b, new(big.Int).SetUint64(s.u.lo))
+	b := new(big.Int).SetUint64(s.u.Hi)
+	return b.Lsh(b, 64).Or(b, new(big.Int).SetUint64(s.u.Lo))
 }
 
 // IsZero reports whether s is 0.
-func (s Size) IsZero() bool { return s.u.isZero() }
+func (s Size) IsZero() bool { return s.u.IsZero() }
 
 // Compare returns -1, 0 or +1 as s is less than, equal to or greater than t.
-func (s Size) Compare(t Size) int { return s.u.cmp(t.u) }
+func (s Size) Compare(t Size) int { return s.u.Cmp(t.u) }
 
 // String returns s in decimal.
 func (s Size) String() string { return s.u.String() }
 
+// Add returns s+n, kept at 2^128-1 if it would exceed it. From the zero
+// Size, it makes one of a count: ipam.Size{}.Add(254).
+func (s Size) Add(n uint64) Size { return s.plus(sizeFrom(n)) }
+
 // minus returns s-n, or 0 if n exceeds s.
 func (s Size) minus(n Size) Size {
-	if s.u.less(n.u) {
+	if s.u.Less(n.u) {
 		return Size{}
 	}
-	return Size{s.u.sub(n.u)}
+	return Size{s.u.Sub(n.u)}
 }
 
 // plus returns s+n, kept at 2^128-1 if it would exceed it.
 func (s Size) plus(n Size) Size {
-	r := s.u.add(n.u)
-	if r.less(s.u) {
-		return Size{u128{math.MaxUint64, math.MaxUint64}}
+	r := s.u.Add(n.u)
+	if r.Less(s.u) {
+		return Size{u128Max}
 	}
 	return Size{r}
 }
@@ -79,7 +83,7 @@ func (s Size) plus(n Size) Size {
 func addrCount(set *netipx.IPSet) Size {
 	var n Size
 	for _, r := range set.Ranges() {
-		n = n.plus(Size{rangeSpan(r.From(), r.To())}).plus(SizeFrom(1))
+		n = n.plus(Size{rangeSpan(r.From(), r.To())}).plus(sizeFrom(1))
 	}
 	return n
 }
@@ -185,7 +189,7 @@ func usageOf(p *Pool, capSet, reserved *netipx.IPSet) Usage {
 
 // free returns Capacity - Reserved - Allocated - Quarantined, or 0.
 func (u Usage) free() Size {
-	return u.Capacity.minus(u.Reserved).minus(SizeFrom(uint64(u.Allocated))).minus(SizeFrom(uint64(u.Quarantined)))
+	return u.Capacity.minus(u.Reserved).minus(sizeFrom(uint64(u.Allocated))).minus(sizeFrom(uint64(u.Quarantined)))
 }
 
 // PoolUsage returns the usage of the named pool at time now (which ends

@@ -71,7 +71,7 @@ func TestSize(t *testing.T) {
 		require.Equal(t, free.String(), u.Free.String())
 	}
 	require.True(t, ipam.Size{}.IsZero())
-	require.Equal(t, -1, ipam.SizeFrom(1).Compare(ipam.SizeFrom(2)))
+	require.Equal(t, -1, ipam.Size{}.Add(1).Compare(ipam.Size{}.Add(2)))
 }
 
 func TestUsageOfBadInput(t *testing.T) {
@@ -272,7 +272,7 @@ func TestUsageReservedAndQuarantine(t *testing.T) {
 	require.Equal(t, 18, capacity)
 	require.Equal(t, 5, reserved)
 	want := ipam.Usage{Pool: "p", Family: 4, Subnet: netip.MustParsePrefix("10.0.0.0/24"),
-		Capacity: ipam.SizeFrom(18), Reserved: ipam.SizeFrom(5), Allocated: 3, Quarantined: 2, Free: ipam.SizeFrom(18 - 5 - 3 - 2)}
+		Capacity: ipam.Size{}.Add(18), Reserved: ipam.Size{}.Add(5), Allocated: 3, Quarantined: 2, Free: ipam.Size{}.Add(18 - 5 - 3 - 2)}
 	got, err := b.PoolUsage(ctx, "p", now.Add(time.Second))
 	require.NoError(t, err)
 	require.Equal(t, want, got)
@@ -284,7 +284,7 @@ func TestUsageReservedAndQuarantine(t *testing.T) {
 	require.Equal(t, "0", got.Reserved.String())
 	require.Equal(t, "15", got.Free.String())
 	// After the quarantine.
-	want.Quarantined, want.Free = 0, ipam.SizeFrom(18-5-3)
+	want.Quarantined, want.Free = 0, ipam.Size{}.Add(18-5-3)
 	got, err = b.PoolUsage(ctx, "p", now.Add(time.Minute))
 	require.NoError(t, err)
 	require.Equal(t, want, got)

@@ -3,6 +3,7 @@ module github.com/ipamkit/ipam/deploy
 go 1.26.0
 
 require (
+	github.com/ipamkit/ipam/k8s/kubetest v0.0.0
 	k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver v0.37.2
 	k8s.io/apimachinery v0.37.2

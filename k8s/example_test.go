@@ -42,7 +42,7 @@ func ExampleLabelSelector() {
 // ToLabelSelector gives back the Kubernetes form, such as for writing a
 // pool's podAffinity to a custom resource.
 func ExampleToLabelSelector() {
-	sel := ipam.MustParseLabelSelector(`{"matchExpressions":[{"key":"gpu","operator":"Exists"}]}`)
+	sel := &ipam.LabelSelector{MatchExpressions: []ipam.LabelSelectorRequirement{{Key: "gpu", Operator: ipam.Exists}}}
 	k := k8s.ToLabelSelector(sel)
 	fmt.Println(metav1.FormatLabelSelector(k))
 	// Output:

@@ -271,7 +271,7 @@ type Config struct {
 	// Subnets lists, per interface, the subnet of each family (the first
 	// name of each, as Spiderpool uses). The single form's interface
 	// defaults to "eth0".
-	Subnets []ipam.SubnetAnnotation
+	Subnets []ipam.NICSubnets
 	// IPNumber is the value of AnnotationIPNumber, when HasIPNumber.
 	IPNumber    IPNumber
 	HasIPNumber bool
@@ -294,9 +294,9 @@ func ParseConfig(annotations map[string]string) (cfg Config, ok bool, err error)
 		cfg.Subnets, err = ipam.ParseSubnetsAnnotation(v)
 	} else if v, has := annotations[ipam.AnnotationSubnet]; has {
 		cfg.Key = ipam.AnnotationSubnet
-		var a ipam.SubnetAnnotation
+		var a ipam.NICSubnets
 		if a, err = ipam.ParseSubnetAnnotation(v); err == nil {
-			cfg.Subnets = []ipam.SubnetAnnotation{a}
+			cfg.Subnets = []ipam.NICSubnets{a}
 		}
 	} else {
 		return Config{}, false, nil

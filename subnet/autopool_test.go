@@ -101,7 +101,7 @@ func TestParseAutoPoolConfig(t *testing.T) {
 		subnet.AnnotationReclaim, "0"))
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, subnet.Config{Key: ipam.AnnotationSubnets, Subnets: []ipam.SubnetAnnotation{{Interface: "eth0", IPv4: []string{"a"}, IPv6: []string{"a6"}}},
+	require.Equal(t, subnet.Config{Key: ipam.AnnotationSubnets, Subnets: []ipam.NICSubnets{{Interface: "eth0", IPv4: []string{"a"}, IPv6: []string{"a6"}}},
 		IPNumber: subnet.IPNumber{N: 3}, HasIPNumber: true, Reclaim: false}, cfg)
 	_, ok, err = subnet.ParseConfig(ssAnn(ipam.AnnotationIPPool, `{"ipv4":["p"]}`, subnet.AnnotationIPNumber, "bad"))
 	require.False(t, ok, "no subnet annotation: nothing asked, the rest is not read")
@@ -196,7 +196,7 @@ func TestDecideAutoPoolsAllOrNothing(t *testing.T) {
 		require.Nil(t, d.Pool, "nothing created")
 		require.Empty(t, d.Added)
 		require.ErrorIs(t, d.Err, ipam.ErrNotReady)
-		var ae *ipam.AutoPoolError
+		var ae *subnet.Error
 		require.ErrorAs(t, d.Err, &ae)
 		require.Equal(t, d.Interface, ae.Interface)
 	}

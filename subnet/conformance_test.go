@@ -354,7 +354,7 @@ var ssCases = map[string]func(t *testing.T){
 		cfg, ok, err := subnet.ParseConfig(ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6","subnet-x"]}`))
 		require.NoError(t, err)
 		require.True(t, ok)
-		require.Equal(t, []ipam.SubnetAnnotation{{Interface: "eth0", IPv4: []string{"subnet-6"}}}, cfg.Subnets)
+		require.Equal(t, []ipam.NICSubnets{{Interface: "eth0", IPv4: []string{"subnet-6"}}}, cfg.Subnets)
 		// subnet-x is not even looked up.
 		app := ssApp("Deployment", "test-app-1", ssUID, 2, ssAnn(ipam.AnnotationSubnet, `{"ipv4":["subnet-6","subnet-x"]}`))
 		require.Equal(t, subnet.Create, ssOnly(t, ssDecide(t, []subnet.Application{app}, []*subnet.Subnet{ssSubnet6()}, nil, nil, nil)).Action)

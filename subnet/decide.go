@@ -426,7 +426,7 @@ func Decide(apps []Application, snap *Snapshot, opts Options) []Decision {
 	for i := range apps {
 		if app := &apps[i]; app.UID != "" && uids[app.UID] {
 			plans[i] = &appPlan{app: app}
-			plans[i].fail(Decision{App: app.AppRef}, &ipam.AutoPoolError{App: app.AppRef,
+			plans[i].fail(Decision{App: app.AppRef}, &Error{App: app.AppRef,
 				Reason: fmt.Sprintf("uid %q: the same application is listed twice", app.UID), Err: ipam.ErrInvalid})
 			continue
 		}
@@ -569,7 +569,7 @@ func (p *appPlan) fail(d Decision, err error) {
 	p.decisions = append(p.decisions, d)
 }
 
-func (p *appPlan) wait(d Decision, err *ipam.AutoPoolError) {
+func (p *appPlan) wait(d Decision, err *Error) {
 	err.Err = ipam.ErrNotReady
 	d.Action, d.Err, d.Message = Wait, err, err.Reason
 	p.decisions = append(p.decisions, d)
@@ -639,7 +639,7 @@ func (e *autoPoolEngine) size(app *Application, cfg *Config) (int, string, error
 	}
 	count, known := app.PodCount()
 	fail := func(reason string, sentinel error) (int, string, error) {
-		return 0, "", &ipam.AutoPoolError{App: app.AppRef, Reason: reason, Err: sentinel}
+		return 0, "", &Error{App: app.AppRef, Reason: reason, Err: sentinel}
 	}
 	if !app.IsNative() {
 		switch {
@@ -700,7 +700,7 @@ func (e *autoPoolEngine) entries(app *Application, cfg *Config, desired int) ([]
 				continue
 			}
 			if total := setSize(s.Usable()); int64(desired) > total {
-				errs = append(errs, &ipam.AutoPoolError{App: app.AppRef, Interface: sa.Interface, Family: f.fam, Subnet: s.Name, Err: ipam.ErrInvalid,
+				errs = append(errs, &Error{App: app.AppRef, Interface: sa.Interface, Family: f.fam, Subnet: s.Name, Err: ipam.ErrInvalid,
 					Reason: fmt.Sprintf("a pool of %d addresses cannot fit: the subnet has %d in all (totalIPCount); lower %s %q or widen the subnet's ips",
 						desired, total, AnnotationIPNumber, annotationValueOr(app.Annotations, AnnotationIPNumber, e.def.String()))})
 				continue
@@ -735,8 +735,8 @@ func annotationValueOr(m map[string]string, key, def string) string {
 func (e *autoPoolEngine) planEntry(p *appPlan, cfg *Config, n IPNumber, en autoPoolEntry, desired int, why string) {
 	app := p.app
 	d := Decision{App: app.AppRef, Interface: en.iface, Family: en.family, Subnet: en.subnet.Name, Desired: desired}
-	aerr := func(reason string) *ipam.AutoPoolError {
-		return &ipam.AutoPoolError{App: app.AppRef, Interface: en.iface, Family: en.family, Subnet: en.subnet.Name, Pool: d.PoolName(), Reason: reason}
+	aerr := func(reason string) *Error {
+		return &Error{App: app.AppRef, Interface: en.iface, Family: en.family, Subnet: en.subnet.Name, Pool: d.PoolName(), Reason: reason}
 	}
 	var cur *AutoPool
 	for _, a := range e.w.AutoPoolsOf(app.UID) {
@@ -916,7 +916,7 @@ func (e *autoPoolEngine) holdBack(p *appPlan, failed int, reason string) {
 		if i != failed {
 			r = fmt.Sprintf("held back with the application's pool for %s IPv%d (subnet %q): %s", f.Interface, f.Family, f.Subnet, reason)
 		}
-		err := &ipam.AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: d.PoolName(), Reason: r, Err: ipam.ErrNotReady}
+		err := &Error{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: d.PoolName(), Reason: r, Err: ipam.ErrNotReady}
 		d.Pool = p.was[i] // nil for a create
 		d.Action, d.Err, d.Message, d.Added = Wait, err, r, nil
 	}
@@ -933,7 +933,7 @@ func (e *autoPoolEngine) reclaim(a *AutoPool) Decision {
 	}
 	used, err := e.w.UsedAddresses(a)
 	if err != nil {
-		d.Action, d.Err = Wait, &ipam.AutoPoolError{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a.Name(),
+		d.Action, d.Err = Wait, &Error{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a.Name(),
 			Reason: "reading which addresses pods hold: " + err.Error(), Err: ipam.ErrNotReady}
 		d.Message = d.Err.Error()
 		return d
@@ -947,7 +947,7 @@ func (e *autoPoolEngine) reclaim(a *AutoPool) Decision {
 			a.App.String(), a.App.UID, n)
 		if a.Pool.Terminating {
 			d.Action, d.Message = Wait, msg
-			d.Err = &ipam.AutoPoolError{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a.Name(), Reason: msg, Err: ipam.ErrNotReady}
+			d.Err = &Error{App: a.App, Interface: a.Interface, Family: a.Family(), Subnet: a.Subnet, Pool: a.Name(), Reason: msg, Err: ipam.ErrNotReady}
 			return d
 		}
 		q := *a.Pool

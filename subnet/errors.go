@@ -127,3 +127,63 @@ func formatIPRanges(rs []netipx.IPRange) []string {
 	}
 	return out
 }
+
+// Error says why an application's auto-pool for one interface and IP
+// family cannot be created, resized, deleted or served. It unwraps to
+// ipam.ErrNotReady (retry later), ipam.ErrInvalid (fix the application's
+// annotations or the subnet), ipam.ErrNotFound (no such subnet) or
+// ipam.ErrNotSupported.
+//
+// The zero Error is not useful; Decide and the Manager build them. An Error
+// is not modified after it is returned, so it is safe to read from several
+// goroutines.
+type Error struct {
+	// App is the application; zero for a pod without a controller.
+	App ipam.AppRef
+	// Pod names the pod, as "namespace/name", when a pod's request failed.
+	Pod string
+	// Interface and Family say which pool; empty and 0 when the problem is
+	// the application's as a whole.
+	Interface string
+	Family    int
+	// Subnet and Pool name the subnet and the pool concerned, when known.
+	Subnet string
+	Pool   string
+	// Reason says what is wrong, in lower case, naming the annotation or
+	// field and its value when they are the cause.
+	Reason string
+	// Err is the sentinel.
+	Err error
+}
+
+// Error returns, for example, `Deployment default/app eth0 IPv4: subnet
+// "subnet-6": 5 free addresses, 6 wanted: retry when addresses are free`.
+func (e *Error) Error() string {
+	var b strings.Builder
+	switch {
+	case e.Pod != "" && e.App.IsZero():
+		b.WriteString("pod " + e.Pod)
+	case e.Pod != "":
+		b.WriteString("pod " + e.Pod + " of " + e.App.String())
+	default:
+		b.WriteString(e.App.String())
+	}
+	if e.Interface != "" {
+		b.WriteString(" " + e.Interface)
+	}
+	if e.Family != 0 {
+		fmt.Fprintf(&b, " IPv%d", e.Family)
+	}
+	b.WriteString(": ")
+	if e.Subnet != "" {
+		fmt.Fprintf(&b, "subnet %q: ", e.Subnet)
+	}
+	if e.Pool != "" {
+		fmt.Fprintf(&b, "pool %q: ", e.Pool)
+	}
+	b.WriteString(e.Reason)
+	return b.String()
+}
+
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }

@@ -66,7 +66,7 @@ type ManagerOptions struct {
 // Manager runs SpiderSubnet in memory: told which applications and
 // pods exist, it creates, resizes and deletes their auto-pools by the rules
 // of Decide, and serves them, with the pools written by hand, as the
-// PoolSource of an Allocator (it is an AutoPoolSource, a DefaultPoolSource
+// PoolSource of an Allocator (it is an AppPoolSource, a DefaultPoolSource
 // and a ReservedSource).
 //
 // Everything happens in the calls that report a change: SetApplication
@@ -301,7 +301,7 @@ func (m *Manager) Reserved(family int) *netipx.IPSet { return m.manual.Reserved(
 // AutoPool returns the auto-pool that serves interface iface and IP family
 // family of the pod req describes from the subnet named subnet: the pool of
 // the pod's application, req.App (by its UID). It does not create or resize
-// pools (SetApplication did), and it never waits: see AutoPoolSource. A
+// pools (SetApplication did), and it never waits: see AppPoolSource. A
 // request without App is a pod without a controller, which SpiderSubnet does
 // not serve (ErrNotSupported); an App whose UID SetApplication has not
 // recorded is not known yet (ErrNotReady).
@@ -309,7 +309,7 @@ func (m *Manager) AutoPool(req *ipam.Request, iface string, family int, subnet s
 	app := req.App
 	podName := req.Namespace + "/" + req.Name
 	fail := func(app ipam.AppRef, reason string, sentinel error) (string, error) {
-		return "", &ipam.AutoPoolError{App: app, Pod: podName, Interface: iface, Family: family, Subnet: subnet, Reason: reason, Err: sentinel}
+		return "", &Error{App: app, Pod: podName, Interface: iface, Family: family, Subnet: subnet, Reason: reason, Err: sentinel}
 	}
 	if app.IsZero() {
 		return fail(ipam.AppRef{}, "SpiderSubnet auto-pools serve the pods of a controller, and the request names none (Request.App is empty) "+
@@ -350,9 +350,9 @@ func (m *Manager) AutoPool(req *ipam.Request, iface string, family int, subnet s
 	return fail(app, "the application asks for no pool of this interface and family", ipam.ErrNotFound)
 }
 
-// forPod returns err naming the pod, when it is an *AutoPoolError.
+// forPod returns err naming the pod, when it is an *Error.
 func (m *Manager) forPod(err error, pod string) error {
-	var ae *ipam.AutoPoolError
+	var ae *Error
 	if errors.As(err, &ae) {
 		c := *ae
 		c.Pod = pod
@@ -630,7 +630,7 @@ func (m *Manager) apply(ctx context.Context, uid string) ([]Decision, []string) 
 			was := m.auto[d.Pool.Name()]
 			m.mu.Unlock()
 			d.Pool, d.Removed, d.Action, d.Message = was, nil, Wait, reason
-			d.Err = &ipam.AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: was.Name(), Reason: reason, Err: errors.Join(ipam.ErrNotReady, unwrapWrite(err))}
+			d.Err = &Error{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: was.Name(), Reason: reason, Err: errors.Join(ipam.ErrNotReady, unwrapWrite(err))}
 			continue
 		}
 		e.release(d)
@@ -681,7 +681,7 @@ func (m *Manager) commit(ctx context.Context, e *autoPoolEngine, d *Decision) {
 			}
 			reason := fmt.Sprintf("%s: %v; retried on Sync", d.Action, err)
 			d.Pool, d.Added, d.Action, d.Message = was, nil, Wait, reason
-			d.Err = &ipam.AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: d.PoolName(), Reason: reason, Err: errors.Join(ipam.ErrNotReady, unwrapWrite(err))}
+			d.Err = &Error{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: d.PoolName(), Reason: reason, Err: errors.Join(ipam.ErrNotReady, unwrapWrite(err))}
 			return
 		}
 	case Shrink:
@@ -842,7 +842,7 @@ func (m *Manager) reclaimLocked(ctx context.Context, e *autoPoolEngine, a *AutoP
 	d := e.reclaim(a)
 	wait := func(reason string, err error) {
 		d.Action, d.Removed, d.Message, d.Pool = Wait, nil, reason, a
-		d.Err = &ipam.AutoPoolError{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: name, Reason: reason, Err: errors.Join(ipam.ErrNotReady, unwrapWrite(err))}
+		d.Err = &Error{App: d.App, Interface: d.Interface, Family: d.Family, Subnet: d.Subnet, Pool: name, Reason: reason, Err: errors.Join(ipam.ErrNotReady, unwrapWrite(err))}
 	}
 	switch d.Action {
 	case Terminate:

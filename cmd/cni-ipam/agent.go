@@ -221,7 +221,9 @@ func newAgent(cfg *rest.Config, o *agentOptions, log *slog.Logger) (*agent, erro
 	if a.client, err = kubeclient.New(cfg); err != nil {
 		return nil, err
 	}
-	if a.store, err = kubestore.New(cfg, kubestore.Options{Logger: log}); err != nil {
+	// The Store's round-robin cursors are this node's (the per-call plugin
+	// learns the node from the pod; the agent's pods are its node's).
+	if a.store, err = kubestore.New(cfg, kubestore.Options{Logger: log, Node: o.node}); err != nil {
 		return nil, err
 	}
 	if a.pools, err = kubepools.New(cfg, kubepools.Options{Logger: log}); err != nil {

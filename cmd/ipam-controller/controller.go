@@ -104,17 +104,25 @@ func controller(ctx context.Context, c *config, log *slog.Logger) error {
 
 	var parts []func(context.Context) error
 	if c.gc {
+		// Full passes page through the IPClaims (500 at a time) rather
+		// than hold every claim of the cluster.
+		pages, err := kubegc.IPClaimPages(cfg)
+		if err != nil {
+			return err
+		}
 		gc, err := kubegc.New(cfg, alloc, kubegc.Options{
 			GC: c.gcOptions(), Period: c.gcPeriod, Logger: log,
 			Informers: typedInformers(factory), Events: recorder, Observe: m.observeGC,
+			Claims: pages,
 		})
 		if err != nil {
 			return err
 		}
 		parts = append(parts, gc.Run)
 	}
+	var sub *kubesubnet.Runner
 	if c.subnet {
-		sub, err := kubesubnet.New(cfg, kubesubnet.Options{
+		sub, err = kubesubnet.New(cfg, kubesubnet.Options{
 			Claims: st, Kinds: c.subnetKinds, Workers: c.subnetWorkers, Logger: log,
 			Informers: factory, DynamicInformers: dynFactory, Events: recorder,
 		})
@@ -122,6 +130,13 @@ func controller(ctx context.Context, c *config, log *slog.Logger) error {
 			return err
 		}
 		parts = append(parts, sub.Run)
+	}
+	if c.usage {
+		run, err := usageWriter(cfg, c, alloc, sub, dynFactory, recorder, log)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, run)
 	}
 
 	// Every informer is asked for: start them, for the life of the process.

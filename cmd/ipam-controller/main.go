@@ -36,6 +36,7 @@ import (
 
 	"github.com/ipamkit/ipam/gc"
 	"github.com/ipamkit/ipam/k8s/kubesubnet"
+	"github.com/ipamkit/ipam/k8s/kubeusage"
 )
 
 func main() {
@@ -60,6 +61,11 @@ type config struct {
 	subnet        bool
 	subnetKinds   []string
 	subnetWorkers int
+
+	usage            bool
+	usageInterval    time.Duration
+	lowFreePercent   float64
+	lowFreeAddresses uint64
 
 	logLevel slog.Level
 	logJSON  bool
@@ -89,6 +95,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, bool, error) {
 	fs.BoolVar(&c.subnet, "subnet", true, "run SpiderSubnet: the auto-pools of applications (kubesubnet)")
 	kinds := fs.String("subnet-kinds", "", "comma-separated `kinds` of applications followed for auto-pools; default: all six (Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob)")
 	fs.IntVar(&c.subnetWorkers, "subnet-workers", 0, "application changes applied at once; 0: kubesubnet's default")
+	fs.BoolVar(&c.usage, "usage", true, "write the SpiderIPPools' and SpiderSubnets' count columns (status.allocatedIPCount, status.totalIPCount) and PoolNearlyExhausted Events (kubeusage)")
+	fs.DurationVar(&c.usageInterval, "usage-interval", kubeusage.DefaultInterval, "time between two usage passes: the least time between two status writes of one pool")
+	fs.Float64Var(&c.lowFreePercent, "pool-low-free-percent", kubeusage.DefaultLowFreePercent, "a pool with fewer free addresses than this `percent` of what it can hand out is nearly exhausted (an Event)")
+	fs.Uint64Var(&c.lowFreeAddresses, "pool-low-free-addresses", 0, "if not 0, a pool with fewer free addresses than this `count` is nearly exhausted, instead of --pool-low-free-percent")
 	logLevel := fs.String("log-level", "info", "log `level`: debug, info, warn or error")
 	fs.BoolVar(&c.logJSON, "log-json", false, "log JSON lines instead of text")
 	if err := fs.Parse(args); err != nil {
@@ -119,6 +129,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, bool, error) {
 	if c.gcGraceDelay < 0 {
 		errs = append(errs, fmt.Errorf("--gc-additional-grace-delay %v: negative", c.gcGraceDelay))
 	}
+	if c.usageInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--usage-interval %v: must be positive", c.usageInterval))
+	}
+	if !(c.lowFreePercent > 0 && c.lowFreePercent <= 100) {
+		errs = append(errs, fmt.Errorf("--pool-low-free-percent %v: want more than 0, at most 100", c.lowFreePercent))
+	}
 	if c.subnetWorkers < 0 {
 		errs = append(errs, fmt.Errorf("--subnet-workers %d: negative", c.subnetWorkers))
 	}
@@ -136,8 +152,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, bool, error) {
 			errs = append(errs, fmt.Errorf("--subnet-kinds: kind %q: not one of %s", k, strings.Join(allKinds, ", ")))
 		}
 	}
-	if !c.gc && !c.subnet {
-		errs = append(errs, errors.New("--gc=false and --subnet=false: nothing to run"))
+	if !c.gc && !c.subnet && !c.usage {
+		errs = append(errs, errors.New("--gc=false, --subnet=false and --usage=false: nothing to run"))
 	}
 	return c, false, errors.Join(errs...)
 }

@@ -13,7 +13,7 @@ func TestFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if !c.gc || !c.subnet || !c.leaderElect || c.listen != ":8080" || c.leaseName != "ipam-controller" {
+	if !c.gc || !c.subnet || !c.usage || c.lowFreePercent != 10 || !c.leaderElect || c.listen != ":8080" || c.leaseName != "ipam-controller" {
 		t.Errorf("defaults: %+v", c)
 	}
 	for _, tc := range []struct {
@@ -26,7 +26,10 @@ func TestFlags(t *testing.T) {
 		{[]string{"--lease-duration", "5s"}, `--lease-duration 5s, --renew-deadline 10s`},
 		{[]string{"--kube-api-qps", "0"}, `--kube-api-qps 0: must be positive`},
 		{[]string{"--log-level", "loud"}, `--log-level "loud"`},
-		{[]string{"--gc=false", "--subnet=false"}, `nothing to run`},
+		{[]string{"--gc=false", "--subnet=false", "--usage=false"}, `nothing to run`},
+		{[]string{"--usage-interval", "0s"}, `--usage-interval 0s: must be positive`},
+		{[]string{"--pool-low-free-percent", "120"}, `--pool-low-free-percent 120: want more than 0, at most 100`},
+		{[]string{"--pool-low-free-percent", "0"}, `--pool-low-free-percent 0:`},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 	} {
 		_, _, err := parseFlags(tc.args, &bytes.Buffer{})

@@ -214,7 +214,7 @@ func addKubeconfig(fs *flag.FlagSet, in *input) {
 	fs.StringVar(&in.kubeconfig, "kubeconfig", "", "read the objects and IPClaims of the cluster this kubeconfig `file` names, instead of $KUBECONFIG or ~/.kube/config (without -f, a cluster they name is read)")
 	fs.StringVar(&in.kubeContext, "context", "", "the kubeconfig context `name` to use (default: the current context)")
 	fs.DurationVar(&in.timeout, "timeout", defaultTimeout, "give up on the cluster after this `duration` (positive)")
-	fs.BoolVar(&in.progress.quiet, "quiet", false, "write no progress line on stderr while reading a cluster")
+	fs.BoolVar(&in.progress.quiet, "quiet", false, "write no progress line on stderr while reading a cluster or a node's state directory")
 }
 
 // environ reads the environment of the process: $KUBECONFIG and $HOME

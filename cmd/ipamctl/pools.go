@@ -122,7 +122,7 @@ func (s *source) parse(fs *flag.FlagSet, args []string, in *input, arg bool) (co
 // unreadable claim files the Allocator passes over.
 func (s *source) open(ctx context.Context, in *input, now time.Time) (a *ipam.Allocator, c *cluster, st store.Store, done func(), err error) {
 	if s.cniConf != "" {
-		a, st, done, err = stateAllocator(s.cniConf, s.stateDir)
+		a, st, done, err = stateAllocator(s.cniConf, s.stateDir, in.progress)
 		return a, nil, st, done, err
 	}
 	if c, err = in.cluster(ctx); err != nil {

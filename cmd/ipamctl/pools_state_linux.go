@@ -16,8 +16,10 @@ import (
 
 // stateAllocator returns an Allocator over the range sets of the host-local
 // network config in confPath, whose claims are the files of dir (by default
-// the config's dataDir/name), and what closes it.
-func stateAllocator(confPath, dir string) (*ipam.Allocator, store.Store, func(), error) {
+// the config's dataDir/name), and what closes it. Reading a large
+// directory takes a while (every claim file is read, and an owner index
+// written to a temporary directory): it reports how far it got to p.
+func stateAllocator(confPath, dir string, p *progress) (*ipam.Allocator, store.Store, func(), error) {
 	data, err := os.ReadFile(confPath)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("--cni-config: %w", err)
@@ -56,7 +58,14 @@ func stateAllocator(confPath, dir string) (*ipam.Allocator, store.Store, func(),
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	st, err := filestore.Open(dir, filestore.Options{Pools: pools, IndexDir: filepath.Join(idx, "index")})
+	st, err := filestore.Open(dir, filestore.Options{Pools: pools, IndexDir: filepath.Join(idx, "index"),
+		Progress: func(done, total int, what string) {
+			if what == "owners" {
+				what = "owners into a temporary owner index"
+			}
+			p.report(done, total, what)
+		}})
+	p.end()
 	if err != nil {
 		os.RemoveAll(idx)
 		return nil, nil, nil, fmt.Errorf("state directory %s: %w", dir, err)

@@ -10,6 +10,6 @@ import (
 )
 
 // stateAllocator needs store/filestore, which is for Linux.
-func stateAllocator(confPath, dir string) (*ipam.Allocator, store.Store, func(), error) {
+func stateAllocator(confPath, dir string, _ *progress) (*ipam.Allocator, store.Store, func(), error) {
 	return nil, nil, nil, errors.New("--cni-config: reading a node's state directory needs Linux")
 }

@@ -1,6 +1,6 @@
 // Package u128 is an unsigned 128-bit integer for counting and stepping
-// through IP addresses, as package subnet needs. (The root package keeps its
-// own copy in addr.go until its allocate path is restructured; see issue 28.)
+// through IP addresses: the root package's pool layouts and usage figures,
+// and package subnet's auto-pool sizes.
 package u128
 
 import (
@@ -89,6 +89,22 @@ func (u U128) Shl(n uint) U128 {
 		return U128{u.Lo << (n - 64), 0}
 	}
 	return U128{u.Hi<<n | u.Lo>>(64-n), u.Lo << n}
+}
+
+// Digit returns the 6-bit digit of u at the given level (level 0 is the
+// lowest), as the root package's used-address tree indexes its nodes.
+func (u U128) Digit(level int) uint {
+	return uint(u.Shr(uint(6*level)).Lo & 63)
+}
+
+// WithLowDigits returns u with digit d at level and every lower digit zero.
+func (u U128) WithLowDigits(level int, d uint) U128 {
+	shift := uint(6 * level)
+	mask := U128{0, 63}.Shl(shift)        // the digit's bits
+	low := U128{0, 1}.Shl(shift).SubOne() // bits below the digit
+	keep := U128{^(mask.Hi | low.Hi), ^(mask.Lo | low.Lo)}
+	v := U128{u.Hi & keep.Hi, u.Lo & keep.Lo}
+	return v.Add(U128{0, uint64(d)}.Shl(shift))
 }
 
 // String formats u in decimal, for messages.

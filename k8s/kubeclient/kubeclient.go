@@ -16,9 +16,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -215,6 +218,23 @@ func list[L any, PL interface {
 // CNI plugin links (kubepools, kubestore) do without client-go's generated
 // clientset and informers, which register every API group at start-up.
 type Informers func(resource schema.GroupVersionResource) (cache.SharedIndexInformer, error)
+
+// DynamicInformer returns a new informer of resource's objects, as
+// unstructured, from dyn: for a part of a program that is given no shared
+// Informers. It has no indexers and no resync; the caller adds its handlers
+// and runs it.
+func DynamicInformer(dyn dynamic.Interface, resource schema.GroupVersionResource) cache.SharedIndexInformer {
+	r := dyn.Resource(resource)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return r.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return r.Watch(ctx, o)
+		},
+	}
+	return cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
+}
 
 // EventRecorder records Kubernetes Events: client-go's events.EventRecorder
 // (k8s.io/client-go/tools/events) has this method. The packages a CNI plugin

@@ -12,6 +12,12 @@
 // Allocator.Claims; the claims of some pod UIDs in an event pass,
 // Allocator.Lookup), builds a snapshot of the pods and StatefulSets those
 // claims name from the informers' caches, and judges them with gc.Decide.
+// With Options.Claims (IPClaimPages for a kubestore.Store), a full pass
+// lists the claims in pages of Options.PageSize and judges, confirms and
+// releases one page at a time, keeping only the decisions that release: its
+// memory is then a page of claims and the releases, not every claim of the
+// cluster (measured by k8s/kubetest's BenchmarkGCScale; figures in the
+// repository's README).
 // Full passes run when the Runner starts, every Options.Period after, and
 // when a StatefulSet's replicas or ordinals change or one is deleted (and a
 // node's readiness, when the node options of gc.Options are set). Event

@@ -57,6 +57,16 @@ type Options struct {
 	// of each claim released (the pod named by the claim; it is usually
 	// gone). Nil records none.
 	Events kubeclient.EventRecorder
+	// Claims, if set, lists the claims of a full pass in pages
+	// (IPClaimPages, for the Allocator's kubestore.Store), which the pass
+	// judges and releases one page at a time, so that it holds one page of
+	// claims, not every claim of the cluster; it must list the claims of
+	// the Allocator's Store. Nil: a full pass judges Allocator.Claims, every
+	// claim at once.
+	Claims ClaimPager
+	// PageSize is the number of claims of a page of Claims; zero means
+	// DefaultPageSize.
+	PageSize int
 }
 
 // EventReleased is the reason of the Event recorded for each claim
@@ -69,6 +79,9 @@ func (o Options) Validate() error {
 	var errs []error
 	if o.Period < 0 {
 		errs = append(errs, fmt.Errorf("kubegc: options: Period %v: negative", o.Period))
+	}
+	if o.PageSize < 0 {
+		errs = append(errs, fmt.Errorf("kubegc: options: PageSize %d: negative", o.PageSize))
 	}
 	if o.MinInterval < 0 {
 		errs = append(errs, fmt.Errorf("kubegc: options: MinInterval %v: negative", o.MinInterval))
@@ -90,7 +103,9 @@ type Pass struct {
 	// At is the time of the snapshot the claims were judged against, taken
 	// before they were listed.
 	At time.Time
-	// Decisions has one decision per claim judged. A release carries
+	// Decisions has one decision per claim judged (but in a full pass over
+	// Options.Claims, which keeps only the decisions that release, applied
+	// or failed, to stay within a page of memory). A release carries
 	// Applied when this pass released the claim, or Err (wrapping
 	// ipam.ErrConflict or ipam.ErrNotFound when someone else changed or
 	// released it first). A release decided from the informers' caches that
@@ -99,7 +114,12 @@ type Pass struct {
 	Decisions []gc.Decision
 	// Err is what stopped the pass or failed in it, nil if nothing did.
 	Err error
+	// judged is the number of claims judged.
+	judged int
 }
+
+// Judged returns the number of claims p judged.
+func (p Pass) Judged() int { return p.judged }
 
 // Released returns the decisions of p that released their claim.
 func (p Pass) Released() []gc.Decision {
@@ -149,6 +169,9 @@ func New(cfg *rest.Config, alloc *ipam.Allocator, opts Options) (*Runner, error)
 	}
 	if opts.MinInterval == 0 {
 		opts.MinInterval = DefaultMinInterval
+	}
+	if opts.PageSize == 0 {
+		opts.PageSize = DefaultPageSize
 	}
 	log := opts.Logger
 	if log == nil {
@@ -324,12 +347,41 @@ func (r *Runner) poke() {
 // force one.
 func (r *Runner) CollectAll(ctx context.Context) Pass {
 	p := Pass{Full: true, At: time.Now()}
+	if r.opts.Claims != nil {
+		return r.collectPages(ctx, p)
+	}
 	claims, err := r.alloc.Claims(ctx)
 	if err != nil {
 		p.Err = fmt.Errorf("kubegc: listing claims: %w", err)
 		return p
 	}
 	return r.collect(ctx, p, claims)
+}
+
+// collectPages is a full pass over the pages of Options.Claims: each page
+// is judged, confirmed and released as a pass of its own would be, against
+// the snapshot time p.At, taken before the listing began; only the
+// decisions that release are kept.
+func (r *Runner) collectPages(ctx context.Context, p Pass) Pass {
+	var errs []error
+	err := r.opts.Claims.ClaimPages(ctx, r.opts.PageSize, func(page []store.Claim) error {
+		q := r.collect(ctx, Pass{Full: true, At: p.At}, page)
+		p.judged += q.judged
+		for _, d := range q.Decisions {
+			if d.Release {
+				p.Decisions = append(p.Decisions, d)
+			}
+		}
+		if q.Err != nil {
+			errs = append(errs, q.Err)
+		}
+		return ctx.Err()
+	})
+	if err != nil {
+		errs = append(errs, fmt.Errorf("kubegc: listing claims: %w", err))
+	}
+	p.Err = errors.Join(errs...)
+	return p
 }
 
 // CollectOwners makes an event pass now over the claims of the pods with
@@ -361,6 +413,7 @@ func (r *Runner) collect(ctx context.Context, p Pass, claims []store.Claim) Pass
 		return p
 	}
 	p.Decisions = gc.Decide(claims, snap, time.Now(), r.opts.GC)
+	p.judged += len(claims)
 	var candidates []store.Claim
 	var at []int
 	for i, d := range p.Decisions {

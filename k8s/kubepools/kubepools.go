@@ -46,9 +46,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -172,16 +170,7 @@ func New(cfg *rest.Config, opts Options) (*Source, error) {
 				return nil, fmt.Errorf("kubepools: the informer of %s: %w", gvr.Resource, err)
 			}
 		} else {
-			r := s.dyn.Resource(gvr)
-			lw := &cache.ListWatch{
-				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-					return r.List(ctx, o)
-				},
-				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-					return r.Watch(ctx, o)
-				},
-			}
-			s.informer[i] = cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, 0, cache.Indexers{})
+			s.informer[i] = kubeclient.DynamicInformer(s.dyn, gvr)
 		}
 		_, err := s.informer[i].AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.update(i, obj, false) },

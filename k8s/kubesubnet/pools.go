@@ -21,7 +21,7 @@ import (
 // Pools is the pool source of an allocator (a CNI plugin's agent) in a
 // cluster whose auto-pools a Runner writes: it serves the pools of another
 // PoolSource that follows the cluster's SpiderIPPools (kubepools.Source),
-// and is an ipam.AutoPoolSource: it finds the auto-pool of a pod's
+// and is an ipam.AppPoolSource: it finds the auto-pool of a pod's
 // application by the labels of the SpiderIPPools, from a metadata-only
 // informer, without asking the server and without waiting.
 //
@@ -34,7 +34,7 @@ type Pools struct {
 
 // Compile-time checks of the capabilities Pools gives the Allocator.
 var (
-	_ ipam.AutoPoolSource    = (*Pools)(nil)
+	_ ipam.AppPoolSource     = (*Pools)(nil)
 	_ ipam.DefaultPoolSource = (*Pools)(nil)
 	_ ipam.ReservedSource    = (*Pools)(nil)
 )
@@ -123,7 +123,7 @@ func (p *Pools) Reserved(family int) *netipx.IPSet {
 func (p *Pools) AutoPool(req *ipam.Request, iface string, family int, subnetName string) (string, error) {
 	app := req.App
 	fail := func(reason string, sentinel error) (string, error) {
-		return "", &ipam.AutoPoolError{App: app, Pod: req.Namespace + "/" + req.Name, Interface: iface, Family: family, Subnet: subnetName,
+		return "", &subnet.Error{App: app, Pod: req.Namespace + "/" + req.Name, Interface: iface, Family: family, Subnet: subnetName,
 			Reason: reason, Err: sentinel}
 	}
 	if app.IsZero() {

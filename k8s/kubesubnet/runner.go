@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -534,7 +535,33 @@ func (l *leader) clusterHandler(gvr schema.GroupVersionResource) cache.ResourceE
 			l.queue.Add(keyRebuild)
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: func(_, obj any) { changed(obj) }, DeleteFunc: changed}
+	update := func(old, obj any) {
+		if onlyStatus(old, obj) {
+			return
+		}
+		changed(obj)
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: update, DeleteFunc: changed}
+}
+
+// onlyStatus reports whether the update from old to obj leaves alone what a
+// rebuild reads (spec, labels, annotations, finalizers, deletion): a status
+// write (kubeusage's count columns, at most once per interval) or a resync
+// is not worth reading the cluster again. A CRD with a status subresource
+// moves metadata.generation on every change of its spec.
+func onlyStatus(old, obj any) bool {
+	a, err := metaAccessor(old)
+	if err != nil {
+		return false
+	}
+	b, err := metaAccessor(obj)
+	if err != nil {
+		return false
+	}
+	return a.GetGeneration() == b.GetGeneration() &&
+		maps.Equal(a.GetLabels(), b.GetLabels()) && maps.Equal(a.GetAnnotations(), b.GetAnnotations()) &&
+		slices.Equal(a.GetFinalizers(), b.GetFinalizers()) &&
+		a.GetDeletionTimestamp().Equal(b.GetDeletionTimestamp())
 }
 
 // work handles one key of the queue; false once the queue is shut down.

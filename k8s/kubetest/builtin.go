@@ -6,9 +6,12 @@ import (
 	"slices"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -54,62 +57,92 @@ type builtinGroup struct {
 	kinds  []builtinKind
 }
 
-// builtinGroups returns the groups the harness serves: pods, nodes and
-// namespaces in the core group, StatefulSets in apps/v1, Leases in
-// coordination.k8s.io/v1 (leader election) and Events in events.k8s.io/v1.
+// builtinGroups returns the groups the harness serves: pods, nodes,
+// namespaces, service accounts, ConfigMaps and Services in the core group,
+// StatefulSets, Deployments, ReplicaSets and DaemonSets in apps/v1, Jobs
+// and CronJobs in batch/v1 (every kind the SpiderSubnet runner follows),
+// Leases in coordination.k8s.io/v1 (leader election), Events in
+// events.k8s.io/v1, PodDisruptionBudgets in policy/v1 and the four RBAC
+// kinds in rbac.authorization.k8s.io/v1 (what install manifests create).
 func builtinGroups() ([]*builtinGroup, error) {
-	core, err := newBuiltinGroup(corev1.SchemeGroupVersion, corev1.AddToScheme, []builtinKind{
-		{
-			resource: "pods", singular: "pod", namespaced: true,
-			newObj: func() runtime.Object { return &corev1.Pod{} }, newList: func() runtime.Object { return &corev1.PodList{} },
-			attrs: podAttrs, fieldLabels: []string{"spec.nodeName", "status.phase"},
-			model: corev1.Pod{}.OpenAPIModelName(), listModel: corev1.PodList{}.OpenAPIModelName(),
-		},
-		{
-			resource: "nodes", singular: "node",
-			newObj: func() runtime.Object { return &corev1.Node{} }, newList: func() runtime.Object { return &corev1.NodeList{} },
-			model: corev1.Node{}.OpenAPIModelName(), listModel: corev1.NodeList{}.OpenAPIModelName(),
-		},
-		{
-			resource: "namespaces", singular: "namespace",
-			newObj: func() runtime.Object { return &corev1.Namespace{} }, newList: func() runtime.Object { return &corev1.NamespaceList{} },
-			model: corev1.Namespace{}.OpenAPIModelName(), listModel: corev1.NamespaceList{}.OpenAPIModelName(),
-		},
-	})
-	if err != nil {
-		return nil, err
+	pods := kind[corev1.Pod, corev1.PodList]("pods", "pod", namespaced)
+	pods.attrs, pods.fieldLabels = podAttrs, []string{"spec.nodeName", "status.phase"}
+	specs := []struct {
+		gv          schema.GroupVersion
+		addToScheme func(*runtime.Scheme) error
+		kinds       []builtinKind
+	}{
+		{corev1.SchemeGroupVersion, corev1.AddToScheme, []builtinKind{
+			pods,
+			kind[corev1.Node, corev1.NodeList]("nodes", "node", clusterScoped),
+			kind[corev1.Namespace, corev1.NamespaceList]("namespaces", "namespace", clusterScoped),
+			// What install manifests hold beside workloads.
+			kind[corev1.ServiceAccount, corev1.ServiceAccountList]("serviceaccounts", "serviceaccount", namespaced),
+			kind[corev1.ConfigMap, corev1.ConfigMapList]("configmaps", "configmap", namespaced),
+			kind[corev1.Service, corev1.ServiceList]("services", "service", namespaced),
+		}},
+		{appsv1.SchemeGroupVersion, appsv1.AddToScheme, []builtinKind{
+			kind[appsv1.StatefulSet, appsv1.StatefulSetList]("statefulsets", "statefulset", namespaced),
+			kind[appsv1.Deployment, appsv1.DeploymentList]("deployments", "deployment", namespaced),
+			kind[appsv1.ReplicaSet, appsv1.ReplicaSetList]("replicasets", "replicaset", namespaced),
+			kind[appsv1.DaemonSet, appsv1.DaemonSetList]("daemonsets", "daemonset", namespaced),
+		}},
+		{batchv1.SchemeGroupVersion, batchv1.AddToScheme, []builtinKind{
+			kind[batchv1.Job, batchv1.JobList]("jobs", "job", namespaced),
+			kind[batchv1.CronJob, batchv1.CronJobList]("cronjobs", "cronjob", namespaced),
+		}},
+		{coordinationv1.SchemeGroupVersion, coordinationv1.AddToScheme, []builtinKind{
+			kind[coordinationv1.Lease, coordinationv1.LeaseList]("leases", "lease", namespaced),
+		}},
+		{eventsv1.SchemeGroupVersion, eventsv1.AddToScheme, []builtinKind{
+			kind[eventsv1.Event, eventsv1.EventList]("events", "event", namespaced),
+		}},
+		{policyv1.SchemeGroupVersion, policyv1.AddToScheme, []builtinKind{
+			kind[policyv1.PodDisruptionBudget, policyv1.PodDisruptionBudgetList]("poddisruptionbudgets", "poddisruptionbudget", namespaced),
+		}},
+		{rbacv1.SchemeGroupVersion, rbacv1.AddToScheme, []builtinKind{
+			kind[rbacv1.ClusterRole, rbacv1.ClusterRoleList]("clusterroles", "clusterrole", clusterScoped),
+			kind[rbacv1.ClusterRoleBinding, rbacv1.ClusterRoleBindingList]("clusterrolebindings", "clusterrolebinding", clusterScoped),
+			kind[rbacv1.Role, rbacv1.RoleList]("roles", "role", namespaced),
+			kind[rbacv1.RoleBinding, rbacv1.RoleBindingList]("rolebindings", "rolebinding", namespaced),
+		}},
 	}
-	apps, err := newBuiltinGroup(appsv1.SchemeGroupVersion, appsv1.AddToScheme, []builtinKind{
-		{
-			resource: "statefulsets", singular: "statefulset", namespaced: true,
-			newObj: func() runtime.Object { return &appsv1.StatefulSet{} }, newList: func() runtime.Object { return &appsv1.StatefulSetList{} },
-			model: appsv1.StatefulSet{}.OpenAPIModelName(), listModel: appsv1.StatefulSetList{}.OpenAPIModelName(),
-		},
-	})
-	if err != nil {
-		return nil, err
+	groups := make([]*builtinGroup, 0, len(specs))
+	for _, sp := range specs {
+		g, err := newBuiltinGroup(sp.gv, sp.addToScheme, sp.kinds)
+		if err != nil {
+			return nil, err
+		}
+		groups = append(groups, g)
 	}
-	coordination, err := newBuiltinGroup(coordinationv1.SchemeGroupVersion, coordinationv1.AddToScheme, []builtinKind{
-		{
-			resource: "leases", singular: "lease", namespaced: true,
-			newObj: func() runtime.Object { return &coordinationv1.Lease{} }, newList: func() runtime.Object { return &coordinationv1.LeaseList{} },
-			model: coordinationv1.Lease{}.OpenAPIModelName(), listModel: coordinationv1.LeaseList{}.OpenAPIModelName(),
-		},
-	})
-	if err != nil {
-		return nil, err
+	return groups, nil
+}
+
+// Scopes of kind.
+const (
+	namespaced    = true
+	clusterScoped = false
+)
+
+// object is a pointer to a built-in type T that is a runtime.Object.
+type object[T any] interface {
+	*T
+	runtime.Object
+}
+
+// modelNamed is a built-in type that knows its OpenAPI model's name.
+type modelNamed interface{ OpenAPIModelName() string }
+
+// kind describes the built-in resource of objects of type T, listed as L.
+func kind[T, L modelNamed, PT object[T], PL object[L]](resource, singular string, isNamespaced bool) builtinKind {
+	var obj T
+	var list L
+	return builtinKind{
+		resource: resource, singular: singular, namespaced: isNamespaced,
+		newObj:  func() runtime.Object { return PT(new(T)) },
+		newList: func() runtime.Object { return PL(new(L)) },
+		model:   obj.OpenAPIModelName(), listModel: list.OpenAPIModelName(),
 	}
-	events, err := newBuiltinGroup(eventsv1.SchemeGroupVersion, eventsv1.AddToScheme, []builtinKind{
-		{
-			resource: "events", singular: "event", namespaced: true,
-			newObj: func() runtime.Object { return &eventsv1.Event{} }, newList: func() runtime.Object { return &eventsv1.EventList{} },
-			model: eventsv1.Event{}.OpenAPIModelName(), listModel: eventsv1.EventList{}.OpenAPIModelName(),
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	return []*builtinGroup{core, apps, coordination, events}, nil
 }
 
 // newBuiltinGroup makes a scheme that holds the group's versioned types, the

@@ -161,7 +161,8 @@ func eventsOf(t *testing.T, cs kubernetes.Interface, ns string) []eventsv1.Event
 // /readyz once synced, and /metrics; one leads; a deleted pod's claim is
 // released with an Event and counted in ipamkit_gc_released_total; an
 // invalid SpiderIPPool gets an Event; SIGTERM stops the leader (status 0),
-// the other takes the lease over and collects in its turn.
+// the other takes the lease over and collects in its turn. Every request the
+// replicas made is allowed by deploy/rbac-controller.yaml.
 func TestControllerProgram(t *testing.T) {
 	emptyBackend(t)
 	ctx := t.Context()
@@ -223,9 +224,14 @@ func TestControllerProgram(t *testing.T) {
 	first := claim("first")
 
 	kubeconfig := kubeconfigFile(t)
-	args := []string{"--kubeconfig", kubeconfig, "--lease-namespace", ns, "--lease-name", "ipam-controller",
+	// The Lease where deploy/ puts it (its Role is in that namespace).
+	const leaseNS = installNamespace
+	t.Cleanup(func() {
+		_ = cs.CoordinationV1().Leases(leaseNS).Delete(context.Background(), "ipam-controller", metav1.DeleteOptions{})
+	})
+	args := []string{"--kubeconfig", kubeconfig, "--lease-namespace", leaseNS, "--lease-name", "ipam-controller",
 		"--lease-duration", "8s", "--renew-deadline", "6s", "--retry-period", "500ms",
-		"--subnet-kinds", "StatefulSet", "--gc-period", "1h"}
+		"--gc-period", "1h", "--usage-interval", "500ms"} // every --subnet-kinds, as deploy/ runs it
 	replicas := map[string]*replica{}
 	for _, id := range []string{"r0", "r1"} {
 		replicas[id] = startReplica(t, id, args...)
@@ -241,7 +247,7 @@ func TestControllerProgram(t *testing.T) {
 		}
 	}
 	holder := func() string {
-		l, err := cs.CoordinationV1().Leases(ns).Get(ctx, "ipam-controller", metav1.GetOptions{})
+		l, err := cs.CoordinationV1().Leases(leaseNS).Get(ctx, "ipam-controller", metav1.GetOptions{})
 		if err != nil || l.Spec.HolderIdentity == nil {
 			return ""
 		}
@@ -267,6 +273,12 @@ func TestControllerProgram(t *testing.T) {
 			return strings.Contains(body, `ipamkit_pool_capacity_addresses{family="4",pool="ctrl"}`)
 		})
 	}
+
+	// The count columns of the pool, written by the leader: one of 11.
+	waitFor(t, "the count columns of ctrl", func() bool {
+		a, tot := counts(t, kubepools.IPPoolResource, "ctrl")
+		return a == 1 && tot == 11
+	})
 
 	// A deleted pod's claim goes, with an Event on the pod, counted.
 	c.deletePod("first")
@@ -297,6 +309,10 @@ func TestControllerProgram(t *testing.T) {
 		t.Fatalf("%s still runs a minute after SIGTERM", leader)
 	}
 	waitFor(t, other+" takes the lease", func() bool { return holder() == other })
+	waitFor(t, "the count columns of ctrl after the release", func() bool {
+		a, tot := counts(t, kubepools.IPPoolResource, "ctrl")
+		return a == 0 && tot == 11
+	})
 	second := claim("second")
 	c.deletePod("second")
 	waitFor(t, "the claim of the second deleted pod released by "+other, gone(second))
@@ -313,4 +329,7 @@ func TestControllerProgram(t *testing.T) {
 	for _, e := range eventsOf(t, cs, ns) {
 		t.Logf("event %s %s/%s: %s", e.Reason, e.Regarding.Kind, e.Regarding.Name, e.Note)
 	}
+	// Every request the replicas made is allowed by the RBAC deploy/
+	// ships for them.
+	checkRBAC(t, "ipam-controller/", "../../deploy/rbac-controller.yaml", "ipam-controller")
 }

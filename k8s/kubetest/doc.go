@@ -8,10 +8,15 @@
 // (go.etcd.io/etcd/server/v3/embed), both listening on 127.0.0.1 only. Beside
 // custom resources it serves, through the same generic registry, the
 // built-in kinds a controller of IP addresses reads: pods, nodes and
-// namespaces (core/v1), StatefulSets (apps/v1), and the Leases
-// (coordination.k8s.io/v1) and Events (events.k8s.io/v1) a controller writes
-// for leader election and to tell what it did. Nothing is downloaded and
-// no binary is run.
+// namespaces (core/v1), the applications whose pods get auto-pools
+// (StatefulSets, Deployments, ReplicaSets, DaemonSets in apps/v1, Jobs and
+// CronJobs in batch/v1), and the Leases (coordination.k8s.io/v1) and Events
+// (events.k8s.io/v1) a controller writes for leader election and to tell
+// what it did; and the kinds install manifests hold, so that they can be
+// created as typed objects: ServiceAccounts, ConfigMaps and Services
+// (core/v1), PodDisruptionBudgets (policy/v1), and ClusterRoles,
+// ClusterRoleBindings, Roles and RoleBindings (rbac.authorization.k8s.io/v1,
+// stored, not enforced). Nothing is downloaded and no binary is run.
 //
 // This is a module of its own, github.com/ipamkit/ipam/k8s/kubetest, so that
 // users of the k8s module never compile it: its test binary links about 1,500
@@ -62,6 +67,16 @@
 // -twoproc.duration lengthens that run for a soak. BenchmarkClaims sets
 // Allocators against raw creates on one pool.
 //
+// # Requests and tokens
+//
+// The server records each distinct resource request it serves (verb, group,
+// resource, subresource, namespace, name, with the client's User-Agent and
+// user): Requests lists them, for a test that checks a program's requests
+// against the RBAC rules it ships with (this module's TestPlugin and
+// TestControllerProgram check deploy/'s). Options.Tokens turns bearer-token
+// authentication on: a token it refuses (an expired one) gets 401, while
+// requests without a token stay allowed.
+//
 // # Faults
 //
 // StopAPI stops the API server as a crash would: open connections and
@@ -83,9 +98,9 @@
 // Recorder: a rest.Config whose requests never leave the process, that
 // answers creates and keeps the objects sent. Objects seeded while the API server is stopped (StopAPI) are loaded in
 // one list when it starts again; seeded while it runs, its watch cache
-// follows them one event at a time. Requests counts the requests the API
-// server served, by client (its user agent), verb and resource, for every
-// client, those in other processes included.
+// follows them one event at a time. RequestCounts counts the requests the
+// API server served, by client (its user agent), verb and resource, for
+// every client, those in other processes included.
 //
 // The module's tests use them for the scale harness of issue 27:
 // BenchmarkClusterScale seeds -scale.claims IPClaims (as kubestore writes
@@ -114,7 +129,9 @@
 // and the others by metadata.name (and metadata.namespace). No admission
 // plugins, webhooks or controllers run: Spiderpool objects must be written
 // as its webhook would leave them, and ownerReferences cascade nothing.
-// Every request is allowed, without credentials. /readyz never reports ready
+// Every request is allowed, without credentials (with Options.Tokens, a
+// request that carries a token the function refuses is not); RBAC objects
+// are stored but not enforced. /readyz never reports ready
 // (its informer-sync check waits for a core API the server does not have):
 // Start waits on /healthz. The server logs through klog, which is global to
 // the process: Start sends it to Options.Log, or discards it.

@@ -25,15 +25,15 @@ import (
 // BenchmarkColdAllocate seeds besides none.
 var flatN = flag.Int("flat.n", 2000, "claims of other owners BenchmarkColdAllocate seeds (it also runs with none)")
 
-// requestLogRT records the requests of the clients it wraps, as "METHOD path"
+// requestLog records the requests of the clients it wraps, as "METHOD path"
 // with "?labelSelector" when the request has one.
-type requestLogRT struct {
+type requestLog struct {
 	rt  http.RoundTripper
 	mu  *sync.Mutex
 	log *[]string
 }
 
-func (l requestLogRT) RoundTrip(r *http.Request) (*http.Response, error) {
+func (l requestLog) RoundTrip(r *http.Request) (*http.Response, error) {
 	what := r.Method + " " + strings.TrimPrefix(r.URL.Path, "/apis/"+kubestore.Group+"/"+kubestore.Version+"/")
 	if r.URL.Query().Has("labelSelector") || r.URL.Query().Has("limit") {
 		what += "?list"
@@ -50,7 +50,7 @@ func loggedStore(t testing.TB, log *[]string) *kubestore.Store {
 	cfg := srv.Config()
 	cfg.QPS = -1
 	var mu sync.Mutex
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return requestLogRT{rt, &mu, log} }
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return requestLog{rt, &mu, log} }
 	s, err := kubestore.New(cfg, kubestore.Options{Node: "flat-node"})
 	if err != nil {
 		t.Fatal(err)
@@ -58,10 +58,10 @@ func loggedStore(t testing.TB, log *[]string) *kubestore.Store {
 	return s
 }
 
-// seedFlatClaims creates n IPClaims of other owners, over 10 other pools, by
+// seedClaims creates n IPClaims of other owners, over 10 other pools, by
 // raw POSTs as a Store of this version names and labels them (without
 // owner indexes: no query here asks for their owners).
-func seedFlatClaims(t testing.TB, n int) {
+func seedClaims(t testing.TB, n int) {
 	t.Helper()
 	cfg := srv.Config()
 	cfg.QPS = -1
@@ -163,7 +163,7 @@ func TestFlatRequests(t *testing.T) {
 	})
 	var kinds [2][2][]string // [N][allocate, release]
 	for i, n := range []int{0, 2000} {
-		seedFlatClaims(t, n)
+		seedClaims(t, n)
 		uid := fmt.Sprint("flat-", n)
 		kinds[i][0] = coldCall(t, func(a *ipam.Allocator) error {
 			_, err := a.Allocate(t.Context(), flatRequest(uid))
@@ -216,7 +216,7 @@ func BenchmarkColdAllocate(b *testing.B) {
 				_, err := a.Allocate(context.Background(), flatRequest("warm-up"))
 				return err
 			})
-			seedFlatClaims(b, n)
+			seedClaims(b, n)
 			var requests int
 			i := 0
 			for b.Loop() {

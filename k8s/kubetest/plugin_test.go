@@ -190,7 +190,8 @@ func podArgs(p *corev1.Pod) string {
 // default pool, or the pod's annotation), claims owned by the pod's UID,
 // ADD again, CHECK, DEL, a StatefulSet pod's claim kept by DEL, GC leaving
 // the cluster's claims alone, STATUS, and errors: a replaced pod, a
-// missing pod, and the server down (11, try again later; STATUS 50).
+// missing pod, and the server down (11, try again later; STATUS 50); and
+// every request it made is allowed by deploy/rbac-plugin.yaml.
 func TestPlugin(t *testing.T) {
 	emptyBackend(t)
 	ctx := t.Context()
@@ -307,6 +308,8 @@ func TestPlugin(t *testing.T) {
 	if _, err := st.Get(ctx, "plug-a", dbIP); err != nil {
 		t.Errorf("after the restart: %v", err)
 	}
+	// Every request the plugin made is allowed by the RBAC it ships with.
+	checkRBAC(t, "cni-ipam", "../../deploy/rbac-plugin.yaml", "cni-ipam")
 }
 
 // TestPluginInitCost: what the packages of the plugin built with -tags

@@ -532,7 +532,7 @@ func cpuTime() time.Duration {
 // clientRequests counts the requests in after that are not in before, of
 // the API server's clients but itself and this test process, and says
 // what they were ("get ipowners ×2, create ipclaims").
-func clientRequests(before, after map[kubetest.Request]int64) (int64, string) {
+func clientRequests(before, after map[kubetest.RequestKind]int64) (int64, string) {
 	var n int64
 	var what []string
 	for k, v := range after {
@@ -730,10 +730,10 @@ func BenchmarkClusterScale(b *testing.B) {
 						pod, container = newPod(b)
 					}
 					b.StartTimer()
-					req, cpu := srv.Requests(), cpuTime()
+					req, cpu := srv.RequestCounts(), cpuTime()
 					r := execPlugin(dir, c.command, container, pod, c.conf, 0)
 					cpuUsed := cpuTime() - cpu
-					reqs, what := clientRequests(req, srv.Requests())
+					reqs, what := clientRequests(req, srv.RequestCounts())
 					if err := r.failed(); err != nil {
 						b.Fatalf("%s %s: %v (stderr: %s)", c.command, pod.Name, err, r.stderr)
 					}

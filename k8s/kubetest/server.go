@@ -30,6 +30,12 @@ type Options struct {
 	// Log receives the API server's log (klog, which is global to the
 	// process: Start redirects it). Nil discards it.
 	Log io.Writer
+	// Tokens, when set, authenticates requests that carry a bearer
+	// token: it returns the user name a token stands for, or false for a
+	// token the server must refuse (401), such as an expired one. Requests
+	// without a token stay allowed, as anonymous. Nil: no authentication,
+	// tokens are ignored.
+	Tokens func(token string) (user string, ok bool)
 }
 
 // etcdPrefix is where the API server keeps its objects in etcd.
@@ -58,6 +64,8 @@ type Server struct {
 	addr     string // host:port of the API server, fixed at Start
 	certFile string
 	caData   []byte
+	tokens   func(string) (string, bool)
+	log      requestLog
 
 	mu     sync.Mutex
 	api    *apiServer // nil while the API server is stopped
@@ -88,7 +96,7 @@ func Start(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubetest: %w", err)
 	}
-	s := &Server{dir: dir}
+	s := &Server{dir: dir, tokens: opts.Tokens}
 	s.etcd, s.etcdURL, err = startEtcd(dir)
 	if err != nil {
 		os.RemoveAll(dir)
@@ -278,15 +286,22 @@ func (s *Server) startAPILocked(ln net.Listener) error {
 		return fmt.Errorf("kubetest: %w", err)
 	}
 	s.certFile = ro.SecureServing.ServerCert.CertKey.CertFile
-	cfg.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
-		return genericapiserver.DefaultBuildHandlerChain(s.requests.count(h), c)
-	}
 	groups, err := builtinGroups()
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("kubetest: %w", err)
 	}
 	stubOpenAPI(cfg.GenericConfig.OpenAPIV3Config, groups)
+	if s.tokens != nil {
+		var loopback string
+		if lc := cfg.GenericConfig.LoopbackClientConfig; lc != nil {
+			loopback = lc.BearerToken
+		}
+		cfg.GenericConfig.Authentication.Authenticator = tokenAuthenticator(s.tokens, loopback)
+	}
+	cfg.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+		return genericapiserver.DefaultBuildHandlerChain(s.recording(s.requests.count(h)), c)
+	}
 	srv, err := cfg.Complete().New(genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		ln.Close()

@@ -81,7 +81,19 @@ type Options struct {
 	// Logger receives what the owner index reports: each rebuild and why,
 	// and corrupt index files, by name. Nil discards it.
 	Logger *slog.Logger
+	// Progress, if set, is told how a rebuild of the owner index goes
+	// (Open's, or a later call's), which reads every claim file and then
+	// writes an entry per owner: done of total items of what ("claim
+	// files", of a total not known beforehand, 0; then "owners"), every
+	// ProgressEvery items, from the goroutine that rebuilds. A program that
+	// opens a large directory for a user (ipamctl) shows it; nil says
+	// nothing.
+	Progress func(done, total int, what string)
 }
+
+// ProgressEvery is how many claim files or owners a rebuild of the owner
+// index handles between two calls of Options.Progress.
+const ProgressEvery = 1024
 
 // Validate reports every problem of o at once, each naming the field.
 func (o Options) Validate() error {
@@ -160,6 +172,8 @@ type Store struct {
 	boot   string                     // this boot's ID
 	state  atomic.Pointer[indexState] // the index's state as last read or written
 	log    *slog.Logger
+	// progress is Options.Progress, or a no-op.
+	progress func(done, total int, what string)
 	// markWarn logs once that the directories cannot be marked.
 	markWarn sync.Once
 	// hook, if set (by tests), is called at each step of a write.
@@ -216,6 +230,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.progress = opts.Progress
+	if s.progress == nil {
+		s.progress = func(int, int, string) {}
 	}
 	if s.dir == "" {
 		s.dir = "/"

@@ -435,6 +435,9 @@ func (s *Store) rebuild(ctx context.Context, why string) (marked bool, err error
 				return err
 			}
 		}
+		if n%ProgressEvery == 0 {
+			s.progress(n, 0, "claim files")
+		}
 		if strings.HasPrefix(name, tmpPrefix) {
 			if err := syscall.Unlink(s.path(name)); err != nil && err != syscall.ENOENT {
 				return &fs.PathError{Op: "unlink", Path: s.path(name), Err: err}
@@ -482,9 +485,12 @@ func (s *Store) rebuild(ctx context.Context, why string) (marked bool, err error
 	if err != nil {
 		return false, fmt.Errorf("owner index: %w", err)
 	}
-	written := 0
+	written, done := 0, 0
 	var link [4096]byte
 	for id, ips := range claims {
+		if done++; done%ProgressEvery == 0 {
+			s.progress(done, len(claims), "owners")
+		}
 		name := entryName(id)
 		e := entry{name: name}
 		if existing[name] {

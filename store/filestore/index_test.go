@@ -900,3 +900,28 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 		}
 	}
 }
+
+// TestIndexProgress: a rebuild of the owner index tells Options.Progress how
+// it goes, every filestore.ProgressEvery claim files read and owners
+// written, the owners of a known total.
+func TestIndexProgress(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "net")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	const files, owners = 2100, 2050
+	for i := range files {
+		ip := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
+		content := fmt.Sprintf("c%d\r\neth%d", i%owners, i/owners)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, ip.String()), []byte(content), 0o600))
+	}
+	var got []string
+	s, err := filestore.Open(dir, filestore.Options{Pools: testPools, Progress: func(done, total int, what string) {
+		got = append(got, fmt.Sprintf("%d/%d %s", done, total, what))
+	}})
+	require.NoError(t, err)
+	defer s.Close()
+	// The directory holds the claim files and the lock file: 2101 names.
+	want := []string{"1024/0 claim files", "2048/0 claim files", "1024/2050 owners", "2048/2050 owners"}
+	if !slices.Equal(got, want) {
+		t.Errorf("progress %q, want %q", got, want)
+	}
+}

@@ -195,7 +195,7 @@ func newRunner(t testing.TB, opts kubesubnet.Options) (*kubesubnet.Runner, *logB
 		opts.Claims = st
 	}
 	if opts.Kinds == nil {
-		opts.Kinds = []string{kubesubnet.KindStatefulSet} // the apps/v1 kind the test server serves
+		opts.Kinds = []string{kubesubnet.KindStatefulSet} // the kind these tests make applications of
 	}
 	if opts.SyncPeriod == 0 {
 		opts.SyncPeriod = 500 * time.Millisecond
