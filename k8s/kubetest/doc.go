@@ -87,6 +87,28 @@
 // (connection refused); a test of deadlines against a server that never
 // answers can point a client at a listener that never accepts.
 //
+// # Scale
+//
+// Seed writes many objects straight into etcd, under the API server's keys
+// and in the form it stores them (a new uid, the creation time, generation
+// 1 for custom resources, the managed fields of the create), without
+// admission, validation or defaulting: 50,000 IPClaims in about a minute
+// on two loaded cores, where creates through the API would take several.
+// Build the objects with the client whose writes they stand for, through a
+// Recorder: a rest.Config whose requests never leave the process, that
+// answers creates and keeps the objects sent. Objects seeded while the API server is stopped (StopAPI) are loaded in
+// one list when it starts again; seeded while it runs, its watch cache
+// follows them one event at a time. RequestCounts counts the requests the
+// API server served, by client (its user agent), verb and resource, for
+// every client, those in other processes included.
+//
+// The module's tests use them for the scale harness of issue 27:
+// BenchmarkClusterScale seeds -scale.claims IPClaims (as kubestore writes
+// them, checked by TestSeedMatchesStore) over 100 SpiderIPPools and
+// measures the plugin's and the node agent's ADD and DEL at each count;
+// TestClusterFault churns pods through both while plugins, agents and the
+// API server are killed (see benchmarks/README.md).
+//
 // # Timing, measured on a 2-core machine
 //
 // Start takes 0.3–0.7 s (etcd ready in under 0.1 s, then /healthz). Close

@@ -40,7 +40,7 @@ func (b *syncBuffer) String() string {
 }
 
 // applySpider creates or replaces a Spiderpool object with spec.
-func applySpider(t *testing.T, gvr schema.GroupVersionResource, kind, name string, spec map[string]any) {
+func applySpider(t testing.TB, gvr schema.GroupVersionResource, kind, name string, spec map[string]any) {
 	t.Helper()
 	r := dynamic.NewForConfigOrDie(srv.Config()).Resource(gvr)
 	obj := &unstructured.Unstructured{Object: map[string]any{

@@ -70,6 +70,8 @@ type Server struct {
 	mu     sync.Mutex
 	api    *apiServer // nil while the API server is stopped
 	closed bool
+
+	requests requestCounts
 }
 
 // apiServer is one run of the API server.
@@ -298,7 +300,7 @@ func (s *Server) startAPILocked(ln net.Listener) error {
 		cfg.GenericConfig.Authentication.Authenticator = tokenAuthenticator(s.tokens, loopback)
 	}
 	cfg.GenericConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
-		return genericapiserver.DefaultBuildHandlerChain(s.recording(h), c)
+		return genericapiserver.DefaultBuildHandlerChain(s.recording(s.requests.count(h)), c)
 	}
 	srv, err := cfg.Complete().New(genericapiserver.NewEmptyDelegate())
 	if err != nil {
