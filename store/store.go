@@ -33,7 +33,13 @@
 //   - Watcher: a stream of every change, which keeps an Allocator's hints
 //     current (Allocator.Follow);
 //   - OwnedAtLeast and AddressClaimsAtLeast: Owned and AddressClaims answered
-//     from a cache that has caught up with a given revision.
+//     from a cache that has caught up with a given revision;
+//   - Counter: the number of claims of a pool without reading them (usage
+//     figures);
+//   - ClaimPager: every claim of every pool in pages, unreadable records
+//     reported at the end in an error wrapping ErrCorrupt: a full pass
+//     (garbage collection, the usage of every pool) holds one page at a
+//     time and makes one read per page, not one per pool.
 //
 // Capabilities that change what the Allocator can promise:
 //

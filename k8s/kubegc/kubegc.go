@@ -58,12 +58,12 @@ type Options struct {
 	// gone). Nil records none.
 	Events kubeclient.EventRecorder
 	// Claims, if set, lists the claims of a full pass in pages (the
-	// Allocator's *kubestore.Store is a ClaimPager), which the pass
+	// Allocator's *kubestore.Store is a store.ClaimPager), which the pass
 	// judges and releases one page at a time, so that it holds one page of
 	// claims, not every claim of the cluster; it must list the claims of
 	// the Allocator's Store. Nil: a full pass judges Allocator.Claims, every
 	// claim at once.
-	Claims ClaimPager
+	Claims store.ClaimPager
 	// PageSize is the number of claims of a page of Claims; zero means
 	// DefaultPageSize.
 	PageSize int

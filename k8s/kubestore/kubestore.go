@@ -45,6 +45,7 @@ var (
 	_ store.ClaimLister          = (*Store)(nil)
 	_ store.AddressClaimsAtLeast = (*Store)(nil)
 	_ store.OrderedRevisions     = (*Store)(nil)
+	_ store.ClaimPager           = (*Store)(nil)
 )
 
 // Options configure a Store. The zero Options are the usual ones.

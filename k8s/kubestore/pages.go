@@ -22,7 +22,7 @@ const listPage = 500
 // page returns, which it returns. Each page is one list request with a
 // limit and a continue token, decoded as it comes, so that a pass over
 // 150,000 claims holds about one page of them (kubegc's Options.Claims:
-// a *Store is a kubegc.ClaimPager). The pages are served from one snapshot
+// a *Store is a store.ClaimPager). The pages are served from one snapshot
 // of the cluster, unless the listing outlives the API server's history
 // (etcd compacts it after some 5 minutes): the continue token then
 // expires, and the listing goes on from the next object at the newest

@@ -18,7 +18,7 @@ import (
 )
 
 // A *kubestore.Store lists a full pass's claims in pages.
-var _ kubegc.ClaimPager = (*kubestore.Store)(nil)
+var _ store.ClaimPager = (*kubestore.Store)(nil)
 
 // TestGCRunnerPages: a full pass over a kubestore.Store's ClaimPages, in
 // pages of 3, judges every claim of the cluster (pools the Allocator does
