@@ -206,22 +206,43 @@ func (a *Allocator) PoolUsage(ctx context.Context, name string, now time.Time) (
 	if !ok {
 		return Usage{}, fmt.Errorf("pool %q: %w", name, ErrNotFound)
 	}
-	return a.poolUsage(ctx, p, now)
+	return a.poolUsage(ctx, p, now, nil)
 }
+
+// usagePage is the page size of Usage's one pass over every claim of a
+// Store that is a store.ClaimPager and no store.Counter: kubectl's.
+const usagePage = 500
 
 // Usage returns the usage of every pool of the PoolSource at time now, in
 // the order the PoolSource yields them (see PoolUsage). A pool that is not
 // valid is left out; a Store that cannot count a pool fails the call.
+//
+// A Store that is a store.Counter counts each pool. One that is no Counter
+// but a store.ClaimPager (a *kubestore.Store) has every pool's claims
+// counted in one paged pass over every claim of the Store, rather than a
+// List of each pool (on Kubernetes, a label-selector list that costs the
+// API server every IPClaim of the cluster, once per pool); an unreadable
+// record anywhere in the Store then fails the call, as a List of its pool
+// does. Other Stores have each pool listed.
 func (a *Allocator) Usage(ctx context.Context, now time.Time) ([]Usage, error) {
 	if ctx == nil {
 		return nil, errNilContext
+	}
+	var counts map[string]int
+	if pager, ok := a.store.(store.ClaimPager); ok {
+		if _, counter := a.store.(store.Counter); !counter {
+			var err error
+			if counts, err = countPages(ctx, pager); err != nil {
+				return nil, fmt.Errorf("usage: %w", err)
+			}
+		}
 	}
 	var out []Usage
 	for p := range a.source.Pools() {
 		if p.Validate() != nil {
 			continue
 		}
-		u, err := a.poolUsage(ctx, p, now)
+		u, err := a.poolUsage(ctx, p, now, counts)
 		if err != nil {
 			return nil, err
 		}
@@ -230,7 +251,27 @@ func (a *Allocator) Usage(ctx context.Context, now time.Time) ([]Usage, error) {
 	return out, nil
 }
 
-func (a *Allocator) poolUsage(ctx context.Context, p *Pool, now time.Time) (Usage, error) {
+// countPages returns the number of claims of each pool of pager's Store, in
+// one pass over its claims in pages of usagePage, or pager's error (with
+// unreadable records, wrapping store.ErrCorrupt). A pool without claims is
+// absent from the map.
+func countPages(ctx context.Context, pager store.ClaimPager) (map[string]int, error) {
+	counts := make(map[string]int)
+	err := pager.ClaimPages(ctx, usagePage, func(page []store.Claim) error {
+		for _, c := range page {
+			counts[c.Pool]++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("counting the claims of every pool: %w", err)
+	}
+	return counts, nil
+}
+
+// poolUsage returns the usage of p at now, its claims counted from counts
+// if it is not nil (a pool absent from it has none), else by the Store.
+func (a *Allocator) poolUsage(ctx context.Context, p *Pool, now time.Time, counts map[string]int) (Usage, error) {
 	if err := p.Validate(); err != nil {
 		return Usage{}, err
 	}
@@ -240,11 +281,15 @@ func (a *Allocator) poolUsage(ctx context.Context, p *Pool, now time.Time) (Usag
 	}
 	capSet := capacitySet(p)
 	u := usageOf(p, capSet, reserved)
-	n, err := store.Count(ctx, a.store, p.Name)
-	if err != nil {
-		return Usage{}, fmt.Errorf("pool %q: usage: %w", p.Name, err)
+	if counts != nil {
+		u.Allocated = counts[p.Name]
+	} else {
+		n, err := store.Count(ctx, a.store, p.Name)
+		if err != nil {
+			return Usage{}, fmt.Errorf("pool %q: usage: %w", p.Name, err)
+		}
+		u.Allocated = n
 	}
-	u.Allocated = n
 	if idx := a.indexFor(p.Name); idx != nil {
 		u.Quarantined = idx.quarantinedAt(now, capSet, reserved)
 	}

@@ -336,3 +336,101 @@ func TestObserver(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rec.allocated, 3)
 }
+
+// pagerStore is a Store that is a store.ClaimPager but no store.Counter
+// (kubestore's capabilities for usage), which counts its Lists and its
+// passes: Usage must count every pool in one paged pass, listing none.
+type pagerStore struct {
+	store.Store // a memstore wrapped so that only Store's methods show
+	all         *memstore.Store
+	lists       int
+	passes      int
+	pages       []int // the length of each page given
+	corrupt     error // reported at the end of a pass, if set
+}
+
+func (s *pagerStore) List(ctx context.Context, pool string) ([]store.Claim, error) {
+	s.lists++
+	return s.Store.List(ctx, pool)
+}
+
+func (s *pagerStore) ClaimPages(ctx context.Context, size int, page func([]store.Claim) error) error {
+	s.passes++
+	claims, err := s.all.ListAll(ctx)
+	if err != nil {
+		return err
+	}
+	for len(claims) > 0 {
+		n := min(size, len(claims))
+		s.pages = append(s.pages, n)
+		if err := page(claims[:n]); err != nil {
+			return err
+		}
+		claims = claims[n:]
+	}
+	return s.corrupt
+}
+
+func TestUsageCountsPagesWithoutList(t *testing.T) {
+	ctx := context.Background()
+	big := ipam.MustParsePool(`{"name":"big","ranges":[{"subnet":"10.0.0.0/22"}]}`)
+	small := ipam.MustParsePool(`{"name":"small","ranges":[{"subnet":"10.1.0.0/24"}]}`)
+	empty := ipam.MustParsePool(`{"name":"empty","ranges":[{"subnet":"10.2.0.0/28"}]}`)
+	v6 := ipam.MustParsePool(`{"name":"v6","ranges":[{"subnet":"fd00::/64"}]}`)
+	cat := must(ipam.NewCatalog(big, small, empty, v6))
+	mem := memstore.New()
+	ps := &pagerStore{Store: mem, all: mem}
+	a := must(ipam.NewAllocator(ipam.Options{Pools: cat, Store: ps}))
+	for i, pools := range map[int][]string{1000: {"big"}, 100: {"small", "v6"}} {
+		for k := range i {
+			req := ipam.Request{ContainerID: fmt.Sprintf("%v-%d", pools, k)}
+			for j, p := range pools {
+				req.Interfaces = append(req.Interfaces, ipam.NIC{Name: fmt.Sprintf("eth%d", j), Pools: []string{p}})
+			}
+			_, err := a.Allocate(ctx, req)
+			require.NoError(t, err)
+		}
+	}
+	// A claim of a pool the PoolSource does not name is counted for none.
+	cs, err := mem.List(ctx, "small")
+	require.NoError(t, err)
+	c := cs[0]
+	c.Pool = "gone"
+	_, err = mem.Create(ctx, c)
+	require.NoError(t, err)
+
+	now := time.Now()
+	lists, pages := ps.lists, len(ps.pages)
+	got, err := a.Usage(ctx, now)
+	require.NoError(t, err)
+	require.Equal(t, lists, ps.lists, "Usage listed a pool of a ClaimPager")
+	require.Equal(t, 1, ps.passes, "Usage made not one pass")
+	require.Greater(t, len(ps.pages)-pages, 2, "1,200 claims in pages of 500")
+	for _, n := range ps.pages[pages:] {
+		require.LessOrEqual(t, n, 500)
+	}
+
+	// The same figures as a List of each pool.
+	plain := &listOnlyStore{Store: mem}
+	b := must(ipam.NewAllocator(ipam.Options{Pools: cat, Store: plain}))
+	want, err := b.Usage(ctx, now)
+	require.NoError(t, err)
+	require.Equal(t, 4, plain.lists, "a Store with neither capability is listed per pool")
+	require.Equal(t, want, got)
+	allocated := map[string]int{}
+	for _, u := range got {
+		allocated[u.Pool] = u.Allocated
+	}
+	require.Equal(t, map[string]int{"big": 1000, "small": 100, "empty": 0, "v6": 100}, allocated)
+
+	// PoolUsage of one pool lists it, as before.
+	u, err := a.PoolUsage(ctx, "small", now)
+	require.NoError(t, err)
+	require.Equal(t, 100, u.Allocated)
+	require.Equal(t, lists+1, ps.lists)
+
+	// Unreadable records fail the call, as a List that reports them does.
+	ps.corrupt = fmt.Errorf("record x: %w", store.ErrCorrupt)
+	_, err = a.Usage(ctx, now)
+	require.ErrorIs(t, err, store.ErrCorrupt)
+}
