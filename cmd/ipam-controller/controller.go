@@ -100,7 +100,7 @@ func controller(ctx context.Context, c *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	m.registerUsage(alloc)
+	m.registerUsage(alloc, c.usageInterval)
 
 	var parts []func(context.Context) error
 	if c.gc {

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"net/http"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -44,11 +47,40 @@ func newMetrics() *metrics {
 
 // registerUsage registers the pool-usage gauges of the metrics module
 // (ipamkit_pool_capacity_addresses, ipamkit_pool_allocated_addresses,
-// ipamkit_pool_free_addresses, ...) for alloc's pools, read at each scrape,
-// so that a deleted pool leaves no series and replicas never overwrite one
-// another. Every replica serves them, leader or not: each reads the Store.
-func (m *metrics) registerUsage(alloc *ipam.Allocator) {
-	m.reg.MustRegister(ipammetrics.NewUsageCollector(alloc, ipammetrics.UsageOptions{}))
+// ipamkit_pool_free_addresses, ...) for alloc's pools, read at most once per
+// interval (a usageCache): a scrape within an interval of the last reading
+// serves its figures, so that scrapes never add passes over every claim of
+// the cluster to the usage passes. A deleted pool leaves no series after
+// the next reading, and replicas never overwrite one another. Every replica
+// serves them, leader or not: each reads the Store.
+func (m *metrics) registerUsage(alloc *ipam.Allocator, interval time.Duration) {
+	m.reg.MustRegister(ipammetrics.NewUsageCollector(&usageCache{src: alloc, interval: interval}, ipammetrics.UsageOptions{}))
+}
+
+// usageCache is a metrics.UsageSource that reads src at most once per
+// interval and serves the last reading (its figures, or its error) in
+// between. The figures it serves are at most interval old.
+type usageCache struct {
+	src      ipammetrics.UsageSource
+	interval time.Duration
+
+	mu    sync.Mutex // one reading at a time; a scrape during it waits for it
+	read  time.Time  // when the last reading was asked for; zero: none yet
+	usage []ipam.Usage
+	err   error
+}
+
+// Usage returns the last reading if it was made less than interval before
+// now, else reads src at now.
+func (c *usageCache) Usage(ctx context.Context, now time.Time) ([]ipam.Usage, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.read.IsZero() && !now.Before(c.read) && now.Sub(c.read) < c.interval {
+		return c.usage, c.err
+	}
+	c.usage, c.err = c.src.Usage(ctx, now)
+	c.read = now
+	return c.usage, c.err
 }
 
 // observeGC counts the releases of a garbage collection pass.
