@@ -17,13 +17,20 @@
 // # Pool usage
 //
 // UsageCollector reads every pool's usage (ipam.Allocator.Usage: the
-// Store's count of claims, one Count per pool where the Store can count)
-// when it is scraped, and reports nothing between scrapes: a pool deleted
+// Store's count of claims, one Count per pool where the Store can count,
+// else one paged pass over every claim where it is a store.ClaimPager)
+// from its UsageSource when it is scraped, and reports nothing between
+// scrapes: a pool deleted
 // from the PoolSource has no series at the next scrape, a restarted process
 // reports the true figures at its first, and two replicas that export the
 // same pools report the same numbers from the same Store, so neither
 // overwrites the other (Prometheus tells them apart by their instance
-// label). The gauges, each with the labels pool and family ("4" or "6"):
+// label). A program whose Store makes that reading costly (kubestore: a
+// pass over every IPClaim of the cluster) can give NewUsageCollector a
+// UsageSource that caches the Allocator's figures: cmd/ipam-controller
+// reads them at most once per --usage-interval, so its gauges are at most
+// one interval stale and a deleted pool's series go at the next reading.
+// The gauges, each with the labels pool and family ("4" or "6"):
 //
 //	ipamkit_pool_capacity_addresses     addresses the pool can hand out (its ranges less excludeIPs and gateways)
 //	ipamkit_pool_reserved_addresses     of those, reserved by the cluster (SpiderReservedIP)

@@ -51,11 +51,13 @@
 //
 // Each pass reads every pool's count from the Store (Allocator.Usage) and
 // writes only what changed. A kubestore.Store has no count of its own
-// (store.Counter), so each count is a label-selector list of the pool's
-// IPClaims, whose cost on the API server grows with every claim of the
-// cluster (issue 27): at 150,000 claims and 100 pools a pass costs the API
-// server tens of CPU-seconds, as does each scrape of the metrics module's
-// usage gauges. Lengthen Options.Interval on such clusters until the Store
-// counts from an index. Run it on one replica (cmd/ipam-controller runs it
-// under its leader).
+// (store.Counter) but pages through every claim (store.ClaimPager), so a
+// pass counts every pool's IPClaims in one paged list of every IPClaim
+// (500 a request), not a label-selector list per pool, each of which would
+// cost the API server every IPClaim of the cluster: at 150,000 claims a
+// pass is 300 list requests, whatever the number of pools. Its cost still
+// grows with the cluster's claims: lengthen Options.Interval on clusters of
+// hundreds of thousands. Run it on one replica (cmd/ipam-controller runs
+// it under its leader, and serves its usage gauges from a reading at most
+// one interval old).
 package kubeusage
