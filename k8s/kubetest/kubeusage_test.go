@@ -255,8 +255,8 @@ func TestUsageWriter(t *testing.T) {
 	})
 }
 
-// failingList is a Store whose List fails while fail is set: what
-// Allocator.Usage counts with on kubestore.
+// failingList is a Store whose List and ClaimPages fail while fail is set:
+// what Allocator.PoolUsage and Allocator.Usage count with on kubestore.
 type failingList struct {
 	*kubestore.Store
 	fail atomic.Bool
@@ -267,6 +267,13 @@ func (s *failingList) List(ctx context.Context, pool string) ([]store.Claim, err
 		return nil, errors.New("kubetest: list refused")
 	}
 	return s.Store.List(ctx, pool)
+}
+
+func (s *failingList) ClaimPages(ctx context.Context, size int, page func([]store.Claim) error) error {
+	if s.fail.Load() {
+		return errors.New("kubetest: list refused")
+	}
+	return s.Store.ClaimPages(ctx, size, page)
 }
 
 // TestUsageWriterUnreadable: passes that cannot read the usage record no
