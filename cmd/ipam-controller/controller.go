@@ -100,7 +100,7 @@ func controller(ctx context.Context, c *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	m.registerUsage(alloc, c.usageInterval)
+	usage := m.registerUsage(alloc, c.usageInterval)
 
 	var parts []func(context.Context) error
 	if c.gc {
@@ -128,7 +128,7 @@ func controller(ctx context.Context, c *config, log *slog.Logger) error {
 		parts = append(parts, sub.Run)
 	}
 	if c.usage {
-		run, err := usageWriter(cfg, c, alloc, sub, dynFactory, recorder, log)
+		run, err := usageWriter(cfg, c, alloc, usage, sub, dynFactory, recorder, log)
 		if err != nil {
 			return err
 		}

@@ -52,9 +52,13 @@ func newMetrics() *metrics {
 // serves its figures, so that scrapes never add passes over every claim of
 // the cluster to the usage passes. A deleted pool leaves no series after
 // the next reading, and replicas never overwrite one another. Every replica
-// serves them, leader or not: each reads the Store.
-func (m *metrics) registerUsage(alloc *ipam.Allocator, interval time.Duration) {
-	m.reg.MustRegister(ipammetrics.NewUsageCollector(&usageCache{src: alloc, interval: interval}, ipammetrics.UsageOptions{}))
+// serves them, leader or not: each reads the Store. It returns the cache,
+// which the leader's usage writer reads too (one reading per interval for
+// both).
+func (m *metrics) registerUsage(alloc *ipam.Allocator, interval time.Duration) *usageCache {
+	c := &usageCache{src: alloc, interval: interval}
+	m.reg.MustRegister(ipammetrics.NewUsageCollector(c, ipammetrics.UsageOptions{}))
+	return c
 }
 
 // usageCache is a metrics.UsageSource that reads src at most once per

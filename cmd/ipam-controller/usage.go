@@ -19,11 +19,11 @@ import (
 // SpiderIPPools (and, with the SpiderSubnet runner sub, of the
 // SpiderSubnets) and records the PoolNearlyExhausted Events (kubeusage),
 // from the usage of alloc's pools.
-func usageWriter(cfg *rest.Config, c *config, alloc *ipam.Allocator, sub *kubesubnet.Runner,
+func usageWriter(cfg *rest.Config, c *config, alloc *ipam.Allocator, usage kubeusage.UsageSource, sub *kubesubnet.Runner,
 	dynFactory dynamicinformer.DynamicSharedInformerFactory, events kubeclient.EventRecorder, log *slog.Logger) (func(context.Context) error, error) {
 	opts := kubeusage.Options{
 		Interval: c.usageInterval, LowFreePercent: c.lowFreePercent, LowFreeAddresses: c.lowFreeAddresses,
-		Informers: dynamicInformers(dynFactory), Events: events, Logger: log,
+		Informers: dynamicInformers(dynFactory), Events: events, Logger: log, Usage: usage,
 	}
 	if sub != nil {
 		opts.Subnets = func() []subnet.Status { return sub.Status() }

@@ -341,3 +341,46 @@ type countingRecorder struct{ n atomic.Int64 }
 func (r *countingRecorder) Eventf(runtime.Object, runtime.Object, string, string, string, string, ...any) {
 	r.n.Add(1)
 }
+
+// countedUsage is a kubeusage.UsageSource that counts its readings.
+type countedUsage struct {
+	src kubeusage.UsageSource
+	n   atomic.Int32
+}
+
+func (c *countedUsage) Usage(ctx context.Context, now time.Time) ([]ipam.Usage, error) {
+	c.n.Add(1)
+	return c.src.Usage(ctx, now)
+}
+
+// TestUsageWriterSource: with Options.Usage, a pass reads the usage from
+// that source (ipam-controller's metrics cache, shared with the scrapes),
+// not from the Allocator a second time.
+func TestUsageWriterSource(t *testing.T) {
+	emptyBackend(t)
+	ctx := t.Context()
+	var log syncBuffer
+	alloc, err := ipam.NewAllocator(ipam.Options{Pools: runSource(t, &log), Store: newStore(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &countedUsage{src: alloc}
+	w, err := kubeusage.New(srv.Config(), alloc, kubeusage.Options{Interval: time.Hour, Usage: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(rctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "the first pass's reading", func() bool { return src.n.Load() == 1 })
+	if p := w.Sync(ctx); p.Err != nil {
+		t.Fatal(p.Err)
+	}
+	if n := src.n.Load(); n != 2 {
+		t.Fatalf("the source was read %d times in two passes, want 2", n)
+	}
+}

@@ -23,12 +23,13 @@ import (
 	"github.com/ipamkit/ipam/k8s/internal/eventnote"
 	"github.com/ipamkit/ipam/k8s/internal/kubeerr"
 	"github.com/ipamkit/ipam/k8s/kubeclient"
+	"github.com/ipamkit/ipam/k8s/kubepools"
 	"github.com/ipamkit/ipam/subnet"
 )
 
 // The resources whose status a Writer writes.
 var (
-	IPPoolResource = schema.GroupVersionResource{Group: "spiderpool.spidernet.io", Version: "v2beta1", Resource: "spiderippools"}
+	IPPoolResource = kubepools.IPPoolResource
 	SubnetResource = schema.GroupVersionResource{Group: "spiderpool.spidernet.io", Version: "v2beta1", Resource: "spidersubnets"}
 )
 
@@ -71,6 +72,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Observe, if set, is called after each pass of Run with its result.
 	Observe func(Pass)
+	// Usage, if set, is where a pass reads the pools' usage instead of
+	// the Allocator: a reading the caller shares (ipam-controller's
+	// metrics cache), so that the Store is read once per interval for
+	// both. Its figures may then be up to its own age older.
+	Usage UsageSource
+}
+
+// UsageSource reports the usage of every pool at a time; *ipam.Allocator
+// is one.
+type UsageSource interface {
+	Usage(ctx context.Context, now time.Time) ([]ipam.Usage, error)
 }
 
 // Validate reports whether the options make sense, naming the field and
@@ -106,7 +118,7 @@ type Pass struct {
 // The zero Writer is not usable; create one with New. A *Writer is safe
 // for concurrent use; Run runs once.
 type Writer struct {
-	alloc   *ipam.Allocator
+	usage   UsageSource
 	opts    Options
 	log     *slog.Logger
 	dyn     dynamic.Interface
@@ -148,7 +160,10 @@ func New(cfg *rest.Config, alloc *ipam.Allocator, opts Options) (*Writer, error)
 	if err != nil {
 		return nil, fmt.Errorf("kubeusage: %w", err)
 	}
-	w := &Writer{alloc: alloc, opts: opts, log: log, dyn: dyn, shared: opts.Informers != nil, low: map[string]lowState{}}
+	w := &Writer{usage: alloc, opts: opts, log: log, dyn: dyn, shared: opts.Informers != nil, low: map[string]lowState{}}
+	if opts.Usage != nil {
+		w.usage = opts.Usage
+	}
 	informer := func(gvr schema.GroupVersionResource) (cache.SharedIndexInformer, error) {
 		if w.shared {
 			return opts.Informers(gvr)
@@ -223,7 +238,7 @@ func (w *Writer) Sync(ctx context.Context) Pass {
 	defer w.mu.Unlock()
 	var p Pass
 	var errs []error
-	usage, err := w.alloc.Usage(ctx, time.Now())
+	usage, err := w.usage.Usage(ctx, time.Now())
 	if err != nil {
 		// Nothing is known of any pool: keep what was known of each, so
 		// that a pass that fails does not record their Events again.
