@@ -81,6 +81,20 @@ func childMain() int {
 	if err := src.WaitForSync(ctx); err != nil {
 		return fail(err)
 	}
+	// An informer's first list may be served from a watch cache that has
+	// not yet seen pools created just before the child started: wait until
+	// both are known, so that the churn below tests edits and restarts,
+	// not the child's start.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, okA := src.Pool("tp-a")
+		_, okB := src.Pool("tp-b")
+		if okA && okB {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("pools tp-a and tp-b not seen 30 s after the source synced"))
+		}
+	}
 	a, err := ipam.NewAllocator(ipam.Options{Pools: src, Store: st, Spread: node})
 	if err != nil {
 		return fail(err)
